@@ -1,0 +1,136 @@
+"""The encoder and decoder layers (Section 3.1) and their N-layer stacks.
+
+Each sub-layer is wrapped in a residual connection and LayerNorm. The paper's
+placement, Post-LN (``norm_first=False``), normalises after the residual sum:
+``x = LayerNorm(x + Sublayer(x))``. Pre-LN (``norm_first=True``) normalises the
+sub-layer's input instead, ``x = x + Sublayer(LayerNorm(x))``, and then needs one
+final LayerNorm after the stack.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import MultiHeadAttention
+
+__all__ = ["FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder"]
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network (Eq. 2): ``max(0, x W1 + b1) W2 + b2``."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)  # W1: d_model -> d_ff
+        self.linear2 = nn.Linear(d_ff, d_model)  # W2: d_ff -> d_model
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, T, d_model) -> (B, T, d_model)``, each position on its own."""
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each with a residual connection and LayerNorm."""
+
+    def __init__(
+        self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False
+    ):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def _self_attention(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return self.dropout1(self.self_attn(x, x, x, mask))
+
+    def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout2(self.feed_forward(x))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` ``(B, S, d_model)``; ``mask`` broadcasts to ``(B, H, S, S)`` (True = may attend)."""
+        if self.norm_first:  # Pre-LN
+            x = x + self._self_attention(self.norm1(x), mask)
+            return x + self._feed_forward(self.norm2(x))
+        x = self.norm1(x + self._self_attention(x, mask))  # Post-LN, the paper's
+        return self.norm2(x + self._feed_forward(x))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention to the encoder output, then feed-forward."""
+
+    def __init__(
+        self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False
+    ):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+        self.dropout1, self.dropout2, self.dropout3 = (nn.Dropout(dropout) for _ in range(3))
+
+    def _self_attention(self, x, tgt_mask):
+        return self.dropout1(self.self_attn(x, x, x, tgt_mask))
+
+    def _cross_attention(self, x, memory, memory_mask):
+        # Queries from the decoder; keys and values from the encoder's output.
+        return self.dropout2(self.cross_attn(x, memory, memory, memory_mask))
+
+    def _feed_forward(self, x):
+        return self.dropout3(self.feed_forward(x))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``x`` ``(B, T, d_model)``, ``memory`` ``(B, S, d_model)``; masks broadcast to
+        ``(B, H, T, T)`` and ``(B, H, T, S)``."""
+        if self.norm_first:  # Pre-LN
+            x = x + self._self_attention(self.norm1(x), tgt_mask)
+            x = x + self._cross_attention(self.norm2(x), memory, memory_mask)
+            return x + self._feed_forward(self.norm3(x))
+        x = self.norm1(x + self._self_attention(x, tgt_mask))  # Post-LN, the paper's
+        x = self.norm2(x + self._cross_attention(x, memory, memory_mask))
+        return self.norm3(x + self._feed_forward(x))
+
+
+class Encoder(nn.Module):
+    """``n_layers`` encoder layers; a final LayerNorm only for Pre-LN."""
+
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int,
+                 dropout: float = 0.1, norm_first: bool = False):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers)
+        )
+        # Post-LN layers already end in a LayerNorm; Pre-LN leaves the residual stream un-normalised.
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    """``n_layers`` decoder layers; a final LayerNorm only for Pre-LN."""
+
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int,
+                 dropout: float = 0.1, norm_first: bool = False):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return self.norm(x)
