@@ -1,0 +1,99 @@
+# The README's two commands:
+#   make book   build the HTML book (sets up .venv, packages and MathJax first)
+#   make test   run every check: lint, unit tests, nbval, the book build, the browser check
+# Other targets: notebooks (refresh the committed outputs), venv, assets, browser, clean.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CHROMIUM := /usr/bin/chromium
+HTML := _build/html
+
+# Reproducible runs. MPLBACKEND=Agg is for the unit tests only: a notebook
+# kernel that inherits it would stop drawing inline figures.
+export PYTHONHASHSEED := 0
+export PYTHONDONTWRITEBYTECODE := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+JB_BUILD := $(BIN)/jupyter-book build . -W -n --keep-going
+
+.PHONY: help venv assets browser book test lint unit nbval html-check notebooks clean
+
+help:
+	@echo "make book       build the book into $(HTML) (sets everything up first)"
+	@echo "make test       lint, unit tests, nbval, book build (-W -n), headless-browser check"
+	@echo "make notebooks  re-execute book/*.ipynb in place to refresh their committed outputs"
+	@echo "make clean      remove build outputs (keeps .venv and the vendored JavaScript)"
+
+# --- set-up -------------------------------------------------------------------
+
+venv: $(STAMP)
+
+# torch==2.13.0 first: on the project's machines it is a local CPU build that
+# installs in seconds; a plain `torch` from requirements.txt would otherwise
+# pull a CUDA build of several GB. Requirements (torch>=2.3) then keep it.
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	@touch $@
+
+# MathJax 3, RequireJS and the ipywidgets embed script, from the npm registry
+# into _static/vendor/ (a no-op when already there).
+assets:
+	@scripts/vendor_assets.sh
+
+# Debian's Chromium for the headless-browser check (Playwright's own browser
+# download does not work offline).
+browser:
+	@if [ ! -x $(CHROMIUM) ]; then \
+	    if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	    $$SUDO apt-get update && $$SUDO apt-get install -y chromium; \
+	fi
+
+# --- the book -------------------------------------------------------------------
+
+book: venv assets
+	$(JB_BUILD)
+	@echo
+	@echo "The book is at $(CURDIR)/$(HTML)/index.html"
+
+# --- the tests, fastest first ---------------------------------------------------------
+
+test: venv assets browser
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory nbval
+	$(MAKE) --no-print-directory book
+	$(MAKE) --no-print-directory html-check
+	@echo "All checks passed."
+
+lint:
+	$(BIN)/ruff check src tests
+
+unit:
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests
+
+# Strict: every output must match the committed one (after the sanitize regexes).
+nbval:
+	$(BIN)/python -m pytest --nbval book/*.ipynb --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+
+# Needs the built book ($(HTML)); `make test` builds it first.
+html-check:
+	$(BIN)/python tests/browser/check_html.py $(HTML)
+
+# --- maintenance ---------------------------------------------------------------
+
+notebooks: venv
+	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.timeout=600 book/*.ipynb
+
+clean:
+	rm -rf _build test-artifacts .pytest_cache .ruff_cache .jupyter_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
