@@ -1,0 +1,197 @@
+"""Shared fixtures and helpers for the unit tests of ``aiayn``.
+
+* ``to_torch_layout`` translates our parameter names (and gradients) to those of
+  ``torch.nn.MultiheadAttention`` / ``TransformerEncoderLayer`` / ... so that weights
+  are copied across and gradients compared with one function.
+* ``assert_parity`` checks an absolute max error against the dtype's tolerance and
+  records the largest error seen, which is printed at the end of the run.
+* ``DEVICE_DTYPES`` parametrizes the parity tests over CPU float64/float32 and a CUDA
+  float32 variant that is marked ``cuda`` and skipped without a GPU.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # before anything imports pyplot: no windows, deterministic PNGs
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
+
+# Largest absolute error measured by assert_parity, per "dtype" or "dtype (device)".
+PARITY_MAX: dict[str, float] = {}
+
+CUDA_AVAILABLE = torch.cuda.is_available()
+_CUDA_MARKS = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not CUDA_AVAILABLE, reason="needs a CUDA device (torch.cuda.is_available() is False)"),
+]
+
+# (device, dtype) pairs for the parity tests that also run on a GPU (float32 only there).
+DEVICE_DTYPES = [
+    pytest.param("cpu", torch.float64, id="cpu-float64"),
+    pytest.param("cpu", torch.float32, id="cpu-float32"),
+    pytest.param("cuda", torch.float32, id="cuda-float32", marks=_CUDA_MARKS),
+]
+DTYPES = [
+    pytest.param(torch.float64, id="float64"),
+    pytest.param(torch.float32, id="float32"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    """TF32 matmuls (on by default for some GPU ops) would miss the 1e-5 float32 tolerance."""
+    if not CUDA_AVAILABLE:
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+# --------------------------------------------------------------------------- parity
+
+
+def _key(dtype: torch.dtype, device: torch.device | str) -> str:
+    name = str(dtype).removeprefix("torch.")
+    return name if torch.device(device).type == "cpu" else f"{name} ({torch.device(device).type})"
+
+
+def assert_parity(ours: torch.Tensor, theirs: torch.Tensor, label: str = "") -> float:
+    """Absolute max error within ``TOL[dtype]``; records the error for the final summary."""
+    assert ours.shape == theirs.shape, f"{label}: shapes {tuple(ours.shape)} != {tuple(theirs.shape)}"
+    assert ours.dtype == theirs.dtype, f"{label}: dtypes {ours.dtype} != {theirs.dtype}"
+    assert torch.isfinite(ours).all(), f"{label}: non-finite values in ours"
+    err = (ours.detach() - theirs.detach()).abs().max().item() if ours.numel() else 0.0
+    key = _key(ours.dtype, ours.device)
+    PARITY_MAX[key] = max(PARITY_MAX.get(key, 0.0), err)
+    tol = TOL[ours.dtype]
+    assert err <= tol, f"{label}: max abs error {err:.3e} > {tol:.0e} ({ours.dtype})"
+    return err
+
+
+_QKV = re.compile(r"^(?P<prefix>.*?)w_(?P<which>[qkv])\.(?P<kind>weight|bias)$")
+
+
+def to_torch_layout(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Our names -> torch.nn's names, for a state dict or a dict of gradients.
+
+    ``w_q, w_k, w_v`` -> ``in_proj_weight/bias`` (concatenated in q, k, v order),
+    ``w_o`` -> ``out_proj``, ``cross_attn`` -> ``multihead_attn``,
+    ``feed_forward.linear1/2`` -> ``linear1/2``. Norms and layer indices keep their names.
+    """
+    out: dict[str, torch.Tensor] = {}
+    qkv: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
+    for name, tensor in tensors.items():
+        name = (name.replace("feed_forward.", "")
+                .replace("cross_attn.", "multihead_attn.")
+                .replace("w_o.", "out_proj."))
+        match = _QKV.match(name)
+        if match:
+            qkv.setdefault((match["prefix"], match["kind"]), {})[match["which"]] = tensor
+        else:
+            out[name] = tensor
+    for (prefix, kind), parts in qkv.items():
+        out[f"{prefix}in_proj_{kind}"] = torch.cat([parts["q"], parts["k"], parts["v"]])
+    return out
+
+
+def randomize_(module: nn.Module, seed: int = 0, std: float = 0.3) -> nn.Module:
+    """Random weights everywhere (LayerNorm gains near 1) so that a swapped or missing
+    parameter cannot go unnoticed, as it could with PyTorch's ones/zeros defaults."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64) * std
+            is_gain = "norm" in name and name.endswith("weight")
+            p.copy_((noise + 1.0) if is_gain else noise)
+    return module
+
+
+def copy_weights(ours: nn.Module, theirs: nn.Module) -> None:
+    """Load our weights into the torch.nn module (strict: every parameter must map)."""
+    state = {k: v for k, v in ours.state_dict().items()}
+    theirs.load_state_dict(to_torch_layout(state), strict=True)
+
+
+def compare_modules(
+    ours: nn.Module,
+    theirs: nn.Module,
+    run_ours: Callable[..., torch.Tensor | Sequence[torch.Tensor]],
+    run_theirs: Callable[..., torch.Tensor | Sequence[torch.Tensor]],
+    inputs: Sequence[torch.Tensor],
+    label: str = "",
+) -> None:
+    """Outputs, input gradients and parameter gradients of two modules must agree.
+
+    ``run_*`` take the inputs and return one tensor or a tuple of tensors; the loss
+    is a fixed random projection of every output, so every output entry carries gradient.
+    """
+    leaves = []
+    results = []
+    for run in (run_ours, run_theirs):
+        xs = [x.detach().clone().requires_grad_(True) for x in inputs]
+        outs = run(*xs)
+        outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
+        leaves.append(xs)
+        results.append(outs)
+    gen = torch.Generator().manual_seed(1234)
+    cotangents = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o) for o in results[0]]
+    for i, (a, b) in enumerate(zip(*results, strict=True)):
+        assert_parity(a, b, f"{label} output {i}")
+    for outs in results:
+        sum((o * g).sum() for o, g in zip(outs, cotangents, strict=True)).backward()
+    for i, (xa, xb) in enumerate(zip(*leaves, strict=True)):
+        assert_parity(xa.grad, xb.grad, f"{label} d/d input {i}")
+    ours_grads = to_torch_layout({n: p.grad for n, p in ours.named_parameters()})
+    theirs_grads = {n: p.grad for n, p in theirs.named_parameters()}
+    assert ours_grads.keys() == theirs_grads.keys()
+    for name, grad in theirs_grads.items():
+        assert grad is not None, f"{label}: no gradient for torch's {name}"
+        assert_parity(ours_grads[name], grad, f"{label} d/d {name}")
+
+
+# ------------------------------------------------------------------- run summary
+
+
+def _summary_line(values: dict[str, float]) -> str:
+    if not values:
+        return "largest parity error: no parity checks ran"
+    order = sorted(values, key=lambda k: (k != "float32", k != "float64", k))
+    return "largest parity error " + ", ".join(f"{k}={values[k]:.3e}" for k in order)
+
+
+def pytest_sessionfinish(session):
+    # On a pytest-xdist worker, ship this worker's maxima to the controller.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["parity_max"] = dict(PARITY_MAX)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    # pytest-xdist controller: merge each worker's maxima.
+    for key, value in getattr(node, "workeroutput", {}).get("parity_max", {}).items():
+        PARITY_MAX[key] = max(PARITY_MAX.get(key, 0.0), value)
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_sep("-", "parity")
+    terminalreporter.write_line(_summary_line(PARITY_MAX))
