@@ -35,18 +35,23 @@ def get_device() -> torch.device:
     return torch.device("cpu")
 
 
-def glue(name: str, value: Any, display: bool = False) -> Any:
+def glue(name: str, value: Any, display: bool = False) -> None:
     """Store ``value`` under ``name`` for the book's prose (MyST-NB ``glue``).
 
     Outside a Jupyter Book build (Colab, plain Jupyter without myst-nb) this is a
-    no-op, so chapters run anywhere. Returns ``value`` so it can be used inline.
+    no-op, so chapters run anywhere. NumPy and one-element tensor scalars become
+    Python numbers, so ``{glue:text}`name:.3f``` can format them. Returns None, so a
+    glue call that ends a cell prints nothing.
     """
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    elif isinstance(value, np.generic):
+        value = value.item()
     try:
         from myst_nb import glue as _myst_glue
     except ImportError:  # Colab or a bare environment: nothing to glue into
-        return value
+        return None
     _myst_glue(name, value, display=display)
-    return value
 
 
 def check_tensor(name: str, x: Any, min_dim: int | None = None, ndim: int | None = None) -> None:
