@@ -143,6 +143,8 @@ def compare_modules(
 
     ``run_*`` take the inputs and return one tensor or a tuple of tensors; the loss
     is a fixed random projection of every output, so every output entry carries gradient.
+    The projection is divided by sqrt(number of rows), like a mean over positions, so that
+    gradients stay O(1) and an absolute tolerance means the same as for the outputs.
     """
     leaves = []
     results = []
@@ -153,7 +155,10 @@ def compare_modules(
         leaves.append(xs)
         results.append(outs)
     gen = torch.Generator().manual_seed(1234)
-    cotangents = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o) for o in results[0]]
+    cotangents = [
+        (torch.randn(o.shape, generator=gen, dtype=torch.float64) / (o.numel() / o.shape[-1]) ** 0.5).to(o)
+        for o in results[0]
+    ]
     for i, (a, b) in enumerate(zip(*results, strict=True)):
         assert_parity(a, b, f"{label} output {i}")
     for outs in results:
