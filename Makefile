@@ -45,7 +45,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $@
 
 # MathJax 3, RequireJS and the ipywidgets embed script, from the npm registry
-# into _static/vendor/ (a no-op when already there).
+# into _assets/vendor/ (a no-op when already there).
 assets:
 	@scripts/vendor_assets.sh
 

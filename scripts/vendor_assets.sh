@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Fetch the third-party JavaScript the built book serves from its own _static/,
-# so that the HTML loads nothing from outside the site:
-#   - MathJax 3 (its es5/ folder, fonts included)            -> _static/vendor/mathjax/
-#   - RequireJS (require.js, needed by the ipywidgets embed)  -> _static/vendor/requirejs/
-#   - @jupyter-widgets/html-manager 1.x (ipywidgets 8 embed) -> _static/vendor/html-manager/
+# Fetch the third-party JavaScript the built book serves from its own _static/
+# (the source folder is _assets/, see html_static_path in _config.yml), so that
+# the HTML loads nothing from outside the site:
+#   - MathJax 3 (its es5/ folder, fonts included)            -> _assets/vendor/mathjax/
+#   - RequireJS (require.js, needed by the ipywidgets embed)  -> _assets/vendor/requirejs/
+#   - @jupyter-widgets/html-manager 1.x (ipywidgets 8 embed) -> _assets/vendor/html-manager/
 # The files come from the npm registry at set-up time and are not committed
-# (_static/vendor/ is gitignored). A stamp file makes a second run a no-op.
+# (_assets/vendor/ is gitignored). A stamp file makes a second run a no-op.
 set -euo pipefail
 
 MATHJAX_VERSION=3.2.2
@@ -13,7 +14,7 @@ REQUIREJS_VERSION=2.3.8
 HTML_MANAGER_VERSION=1.0.15
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-dest="$root/_static/vendor"
+dest="$root/_assets/vendor"
 stamp="$dest/.stamp-mathjax-$MATHJAX_VERSION-requirejs-$REQUIREJS_VERSION-html-manager-$HTML_MANAGER_VERSION"
 
 if [[ -f "$stamp" ]]; then

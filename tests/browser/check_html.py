@@ -92,9 +92,12 @@ def book_pages(html_dir: Path) -> list[Path]:
     return pages
 
 
-def check_page(context, base: str, rel: Path) -> tuple[list[str], Path]:
+def check_page(browser, base: str, rel: Path) -> tuple[list[str], Path]:
     problems: list[str] = []
     local = urlsplit(base).netloc
+    # A fresh context per page: every page is checked as a first visit
+    # (empty localStorage and cache), as a reader arriving from a search engine.
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
 
     def on_request(request):
@@ -150,7 +153,7 @@ def check_page(context, base: str, rel: Path) -> tuple[list[str], Path]:
 
     shot = ARTIFACTS / (rel.as_posix().replace("/", "__").removesuffix(".html") + ".png")
     page.screenshot(path=str(shot), full_page=True)
-    page.close()
+    context.close()
     return problems, shot
 
 
@@ -176,9 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             browser = playwright.chromium.launch(
                 executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
             )
-            context = browser.new_context(viewport={"width": 1280, "height": 900})
             for rel in pages:
-                problems, shot = check_page(context, base, rel)
+                problems, shot = check_page(browser, base, rel)
                 status = "ok" if not problems else "FAIL"
                 print(f"{status:4}  {rel.as_posix()}")
                 if problems:
