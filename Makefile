@@ -39,7 +39,6 @@ venv: $(STAMP)
 # pull a CUDA build of several GB. Requirements (torch>=2.3) then keep it.
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	@touch $@
