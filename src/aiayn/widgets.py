@@ -21,6 +21,7 @@ def attention_explorer(
     """
     import ipywidgets as w
     import matplotlib.pyplot as plt
+    from IPython.display import display
 
     from .viz import plot_attention_view
 
@@ -37,7 +38,10 @@ def attention_explorer(
             out.clear_output(wait=True)
             fig = plot_attention_view(tokens, query, key, value, pick.value,
                                       temperature.value, causal.value)
-            plt.show(fig)
+            # display + close, not plt.show(fig): show() takes no figure (TypeError on
+            # non-inline backends), and closing stops every redraw leaking a figure.
+            display(fig)
+            plt.close(fig)
 
     for control in (pick, temperature, causal):
         control.observe(redraw, names="value")
