@@ -20,7 +20,9 @@ export PYTHONHASHSEED := 0
 export PYTHONDONTWRITEBYTECODE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-JB_BUILD := $(BIN)/jupyter-book build . -W -n --keep-going
+# --all: a full rebuild, so warnings of unchanged pages are not hidden by an
+# incremental build (the chapters are executed on every build anyway).
+JB_BUILD := $(BIN)/jupyter-book build . --all -W -n --keep-going
 
 .PHONY: help venv assets browser book test lint unit nbval html-check notebooks clean
 
