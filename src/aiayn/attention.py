@@ -172,7 +172,9 @@ class MultiHeadAttention(nn.Module):
         e.g. :func:`~aiayn.masks.causal_mask` ``(T, T)`` or
         :func:`~aiayn.masks.padding_mask` ``(B, 1, 1, S)``.
         Returns ``output`` ``(B, T, d_model)``, or ``(output, weights)`` with weights
-        ``(B, H, T, S)`` when ``need_weights`` is True.
+        ``(B, H, T, S)`` when ``need_weights`` is True. A query whose keys are all masked
+        gets zero weights and zero heads, so its output is the bias of ``w_o`` (as in
+        :class:`torch.nn.MultiheadAttention`), never NaN.
         """
         self._check_inputs(query, key, value)
         batch, t_len, s_len = query.shape[0], query.shape[1], key.shape[1]

@@ -75,7 +75,7 @@ class PositionalEncoding(nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model, self.max_len = d_model, max_len
         # A buffer, not a parameter: fixed, moves with .to(device), not saved as trainable.
-        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model, torch.float32), persistent=False)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -85,4 +85,11 @@ class PositionalEncoding(nn.Module):
             raise ValueError(f"x must have d_model={self.d_model} features, got shape {tuple(x.shape)}")
         if x.shape[1] > self.max_len:
             raise ValueError(f"sequence length {x.shape[1]} exceeds max_len={self.max_len}")
-        return self.dropout(x + self.pe[: x.shape[1]].to(x.dtype))  # (T, D) broadcasts over B
+        length = x.shape[1]
+        if x.dtype == torch.float64:
+            # The buffer holds float32 values (MPS has no float64); .double() cannot restore the
+            # lost digits, so a float64 model gets a table computed afresh in float64.
+            pe = sinusoidal_encoding(length, self.d_model, torch.float64).to(x.device)
+        else:
+            pe = self.pe[:length].to(x.dtype)
+        return self.dropout(x + pe)  # (T, D) broadcasts over B

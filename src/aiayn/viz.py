@@ -128,7 +128,7 @@ def plot_attention_view(
         fig = plt.figure(figsize=(10, 4))
     ax_map, ax_bar = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
     plot_attention(weights, tokens, tokens, ax=ax_map, annotate=n <= 6,
-                   title=f"weights (T={temperature:.3g}{', causal' if causal else ''})")
+                   title=f"weights (temperature {temperature:.3g}{', causal' if causal else ''})")
     ax_map.add_patch(plt.Rectangle((-0.5, query_index - 0.5), n, 1, fill=False,
                                    edgecolor="tab:orange", linewidth=2))
     row = weights[query_index]
