@@ -58,7 +58,7 @@ class TransformerConfig:
 
     @property
     def d_k(self) -> int:
-        """Width of each head's queries and keys (and values): d_model / n_heads."""
+        """Width of each head's queries, keys and values, d_model / n_heads."""
         return self.d_model // self.n_heads
 
     @classmethod
