@@ -76,14 +76,14 @@ test: venv assets browser
 	@echo "All checks passed."
 
 lint:
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests book
 
 unit:
 	MPLBACKEND=Agg $(BIN)/python -m pytest tests
 
 # Strict: every output must match the committed one (after the sanitize regexes).
 nbval:
-	$(BIN)/python -m pytest --nbval book/*.ipynb --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+	$(BIN)/python -m pytest --nbval book/*.ipynb --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
 
 # Needs the built book ($(HTML)); `make test` builds it first.
 html-check:
