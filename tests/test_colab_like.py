@@ -60,7 +60,7 @@ def test_colab_cell_installs_from_the_configured_repository(path):
     assert f'REPO_URL = "{_repo_url()}"' in source, (
         f"{path.name}: the Colab cell must install from _config.yml's repository.url"
     )
-    assert 'f"aiayn @ git+{url}"' in source
+    assert 'f"git+{url}"' in source
 
 
 def _run(cmd, **kwargs):

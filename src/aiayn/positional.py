@@ -13,7 +13,10 @@ from torch import nn
 
 from .utils import check_tensor
 
-__all__ = ["sinusoidal_encoding", "PositionalEncoding", "offset_matrix", "frequencies"]
+__all__ = [
+    "sinusoidal_encoding", "PositionalEncoding", "offset_matrix", "frequencies",
+    "wavelengths", "LearnedPositionalEncoding",
+]
 
 
 def _check_d_model(d_model: int) -> None:
@@ -93,3 +96,50 @@ class PositionalEncoding(nn.Module):
         else:
             pe = self.pe[:length].to(x.dtype)
         return self.dropout(x + pe)  # (T, D) broadcasts over B
+
+
+def wavelengths(d_model: int) -> torch.Tensor:
+    """The wavelength ``2*pi / omega_i`` of each sine/cosine pair, shape ``(d_model/2,)``, float64.
+
+    Section 3.5 says they "form a geometric progression from 2*pi to 10000 * 2*pi". The first
+    is exactly ``2*pi`` (``i = 0``); the last pair has ``2i = d_model - 2``, so its wavelength
+    is ``2*pi * 10000^((d_model - 2) / d_model)``: it approaches ``10000 * 2*pi`` as
+    ``d_model`` grows but never reaches it.
+    """
+    return 2 * math.pi / frequencies(d_model)
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """A trained table of position vectors, added to the token embeddings, then dropout.
+
+    The alternative the paper compared with the sinusoids (Section 3.5, Table 3 row E):
+    one free ``d_model``-vector per position, ``P[:T]`` added to ``x``. Same forward
+    contract as :class:`PositionalEncoding`. A position only gets a gradient when a
+    sequence that long is trained on, so rows past the longest training length keep
+    their initial values; past ``max_len`` there is no row at all, and ``forward``
+    raises instead of guessing.
+    """
+
+    def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0):
+        super().__init__()
+        for name, value in (("d_model", d_model), ("max_len", max_len)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model, self.max_len = d_model, max_len
+        # N(0, 1) like nn.Embedding: entries of the same order as the sinusoids' [-1, 1].
+        self.table = nn.Parameter(torch.randn(max_len, d_model))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ``(B, T, d_model)`` -> ``x + P[:T]``, same shape."""
+        check_tensor("x", x, ndim=3)
+        if x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have d_model={self.d_model} features, got shape {tuple(x.shape)}")
+        if x.shape[1] > self.max_len:
+            raise ValueError(
+                f"sequence length {x.shape[1]} exceeds max_len={self.max_len}: "
+                "a learned table has no row for those positions"
+            )
+        return self.dropout(x + self.table[: x.shape[1]].to(x.dtype))  # (T, D) broadcasts over B
