@@ -79,7 +79,7 @@ lint:
 	$(BIN)/ruff check src tests book
 
 unit:
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests -m "not browser"
 
 # Strict: every output must match the committed one (after the sanitize regexes).
 nbval:
@@ -87,7 +87,7 @@ nbval:
 
 # Needs the built book ($(HTML)); `make test` builds it first.
 html-check:
-	$(BIN)/python tests/browser/check_html.py $(HTML)
+	$(BIN)/python -m pytest tests/test_html.py -m browser -p no:cacheprovider
 
 # --- maintenance ---------------------------------------------------------------
 
