@@ -252,3 +252,22 @@ def test_chapter_launches_in_colab_and_downloads(visit, site, chapter):
         if notebook.get("nbformat") != 4 or not notebook.get("cells"):
             problems.append(f"download {url} is not a notebook")
     page.fail_if(problems)
+
+
+def test_api_page_documents_every_public_name(site):
+    """Each name in a module's ``__all__`` has its own entry (an anchor) on the API page."""
+    import importlib
+    import pkgutil
+
+    import aiayn
+
+    html = (HTML / "book" / "api.html").read_text()
+    missing = []
+    for info in pkgutil.iter_modules(aiayn.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"aiayn.{info.name}")
+        missing += [f"aiayn.{info.name}.{name}" for name in getattr(module, "__all__", [])
+                    if f'id="aiayn.{info.name}.{name}"' not in html]
+    assert not missing, f"not on the API page: {missing}"
+

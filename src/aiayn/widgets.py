@@ -6,7 +6,13 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["attention_explorer"]
+__all__ = [
+    "attention_explorer",
+    "gradient_decay_explorer",
+    "scaling_explorer",
+    "head_explorer",
+    "positional_explorer",
+]
 
 
 def attention_explorer(
@@ -47,3 +53,170 @@ def attention_explorer(
         control.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox([pick, temperature, causal]), out])
+
+
+def positional_explorer(d_model: int = 128, n_positions: int = 128):
+    """Pick a position and a dimension of the sinusoidal table (chapter 5).
+
+    Redraws :func:`aiayn.viz.plot_positional_view` on every change: the table, the
+    encoding vector of the position, the dimension's sinusoid, and the similarity of
+    the position's encoding to every other. Both sliders cover their full ranges
+    (position 0 to ``n_positions - 1``, dimension 0 to ``d_model - 1``).
+    Returns the widget box (display it as the last expression of a cell).
+    """
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from .viz import plot_positional_view
+
+    position = w.IntSlider(value=min(10, n_positions - 1), min=0, max=n_positions - 1,
+                           description="position")
+    dimension = w.IntSlider(value=0, min=0, max=d_model - 1, description="dimension")
+    out = w.Output()
+
+    def redraw(*_):
+        with out:
+            out.clear_output(wait=True)
+            fig = plot_positional_view(position.value, dimension.value, d_model, n_positions)
+            display(fig)  # display + close: see attention_explorer
+            plt.close(fig)
+
+    for control in (position, dimension):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([position, dimension]), out])
+
+
+def scaling_explorer(n_keys: int = 16, seed: int = 0):
+    """Chapter 3: pick ``d_k`` (1 to 1024) and switch the ``1/sqrt(d_k)`` scaling on or off.
+
+    Redraws :func:`aiayn.viz.plot_scaling_view`: the histogram of the scores, one
+    softmax row and its Jacobian. Every setting stays finite: the softmax subtracts
+    the row maximum, so even unscaled scores at ``d_k = 1024`` give a one-hot row,
+    not NaN. Returns the widget box (display it as the last expression of a cell).
+    """
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from .viz import plot_scaling_view
+
+    d_k = w.SelectionSlider(options=[2**i for i in range(11)], value=64, description="d_k")
+    scaled = w.Checkbox(value=True, description="divide by sqrt(d_k)")
+    out = w.Output()
+
+    def redraw(*_):
+        with out:
+            out.clear_output(wait=True)
+            fig = plot_scaling_view(d_k.value, scaled.value, n_keys=n_keys, seed=seed)
+            display(fig)  # display + close: no leaked figures (see attention_explorer)
+            plt.close(fig)
+
+    for control in (d_k, scaled):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([d_k, scaled]), out])
+
+
+def gradient_decay_explorer(d_model: int = 64, input_std: float = 0.1, seed: int = 0):
+    """Move the spectral radius of ``W_hh`` and the sequence length; the curve of the
+    gradient norm against distance redraws (:func:`aiayn.viz.plot_gradient_decay`).
+
+    The radius spans 0.3 to 2.5 and the length 10 to 300 steps; the norms are carried
+    as logarithms, so neither extreme underflows, overflows or gives NaN.
+    Returns the widget box (display it as the last expression of a cell).
+    """
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from . import viz
+
+    radius = w.FloatSlider(value=0.9, min=0.3, max=2.5, step=0.05,
+                           description="radius", readout_format=".2f")
+    length = w.IntSlider(value=100, min=10, max=300, step=10, description="length")
+    out = w.Output()
+
+    def redraw(*_):
+        with out:
+            out.clear_output(wait=True)
+            ax = viz.plot_gradient_decay([radius.value], length.value, d_model,
+                                         input_std, seed)
+            display(ax.figure)
+            plt.close(ax.figure)
+
+    for control in (radius, length):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([radius, length]), out])
+
+
+def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[str]],
+                  matching: torch.Tensor | None = None):
+    """Chapter 4: pick a trained model, a layer, a head and an input; the map redraws.
+
+    ``models`` maps a name to a model with an ``attention_maps(tokens)`` method returning
+    ``(L, B, H, T, T)`` (e.g. :class:`aiayn.multihead.TinyEncoder`); ``tokens`` ``(N, T)``
+    are the inputs to choose from, ``labels`` their printed tokens, ``matching`` ``(N, T)``
+    the position of each token's match (outlined in orange). The maps are computed once, so
+    every control only redraws :func:`aiayn.viz.plot_head_view`. Switching the model resets
+    the layer and head menus to what that model has.
+    Returns the widget box (display it as the last expression of a cell).
+    """
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from .viz import plot_head_view
+
+    if not models:
+        raise ValueError("models must name at least one model")
+    if tokens.dim() != 2 or len(labels) != tokens.shape[0]:
+        raise ValueError(f"got {len(labels)} label rows for tokens of shape {tuple(tokens.shape)}")
+    if matching is not None and matching.shape != tokens.shape:
+        raise ValueError(f"matching must have the shape of tokens {tuple(tokens.shape)}, "
+                         f"got {tuple(matching.shape)}")
+    maps = {name: m.attention_maps(tokens).cpu() for name, m in models.items()}  # (L, N, H, T, T)
+
+    model = w.Dropdown(options=list(models), description="model")
+    layer = w.Dropdown(description="layer")
+    head = w.Dropdown(description="head")
+    example = w.IntSlider(value=0, min=0, max=tokens.shape[0] - 1, description="input")
+    out = w.Output()
+    updating = False
+
+    def set_menus():
+        n_layers, _, n_heads = maps[model.value].shape[:3]
+        layer.options = list(range(n_layers))
+        head.options = list(range(n_heads))
+        layer.value, head.value = 0, 0
+
+    def redraw(*_):
+        if updating:
+            return
+        with out:
+            out.clear_output(wait=True)
+            i = example.value
+            fig = plot_head_view(
+                maps[model.value][:, i], labels[i], layer.value, head.value,
+                None if matching is None else matching[i].tolist(),
+            )
+            display(fig)  # display + close: no leaked figures (see attention_explorer)
+            plt.close(fig)
+
+    def on_model(*_):
+        nonlocal updating
+        updating = True  # changing the menus fires their observers: draw once, after
+        try:
+            set_menus()
+        finally:
+            updating = False
+        redraw()
+
+    set_menus()
+    model.observe(on_model, names="value")
+    for control in (layer, head, example):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([model, layer, head]), example, out])
