@@ -1,7 +1,7 @@
 """Multi-head attention, taken apart (Section 3.2.2 of the paper).
 
 * :func:`multi_head_attention_loop` computes ``Concat(head_1, ..., head_h) W^O`` one head at a
-  time from per-head slices of an :class:`~aiayn.MultiHeadAttention`'s weights: the paper's
+  time from per-head slices of an :class:`~aiayn.attention.MultiHeadAttention`'s weights: the paper's
   formula read literally, to check the batched module against.
 * :func:`to_torch_multihead_attention` copies those weights into ``torch.nn.MultiheadAttention``.
 * :func:`attention_cost` and :func:`count_matmul_flops`: parameters and FLOPs, by formula and
@@ -187,7 +187,7 @@ def count_matmul_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int
     the GPU attention kernels, not element-wise work such as the softmax).
 
     Note: PyTorch's fused attention kernel for the CPU is not counted, so count
-    :class:`~aiayn.MultiHeadAttention` with ``need_weights=True`` (the explicit path).
+    :class:`~aiayn.attention.MultiHeadAttention` with ``need_weights=True`` (the explicit path).
     """
     from torch.utils.flop_counter import FlopCounterMode
 

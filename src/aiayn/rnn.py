@@ -287,7 +287,7 @@ class RNNReader(nn.Module):
 
 
 class AttentionReader(nn.Module):
-    """Embedding plus positions, one :class:`~aiayn.MultiHeadAttention`, a linear read-out.
+    """Embedding plus positions, one :class:`~aiayn.attention.MultiHeadAttention`, a linear read-out.
 
     Only the last position queries (it holds the question); every position is a key and
     a value. Attention by itself ignores order, so without ``positional`` the model could

@@ -237,7 +237,7 @@ class AttentionReader(nn.Module):
 
     @property
     def scale(self) -> float:
-        """The factor applied to the scores: ``1/sqrt(d_k)``, or 1 when unscaled."""
+        """The factor applied to the scores, ``1/sqrt(d_k)`` (or 1 when unscaled)."""
         return 1.0 / math.sqrt(self.d_k) if self.scaled else 1.0
 
     def forward(
