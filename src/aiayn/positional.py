@@ -69,6 +69,15 @@ def offset_matrix(k: int, d_model: int, dtype: torch.dtype | None = None) -> tor
     return m.to(dtype or torch.get_default_dtype())
 
 
+def _check_positions(x: torch.Tensor, d_model: int, max_len: int, why: str = "") -> None:
+    """``x`` must be ``(B, T, d_model)`` with ``T <= max_len``."""
+    check_tensor("x", x, ndim=3)
+    if x.shape[-1] != d_model:
+        raise ValueError(f"x must have d_model={d_model} features, got shape {tuple(x.shape)}")
+    if x.shape[1] > max_len:
+        raise ValueError(f"sequence length {x.shape[1]} exceeds max_len={max_len}{why}")
+
+
 class PositionalEncoding(nn.Module):
     """Adds the sinusoidal table to token embeddings, then applies dropout (Section 5.4)."""
 
@@ -83,11 +92,7 @@ class PositionalEncoding(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``(B, T, d_model)`` -> ``x + PE[:T]``, same shape."""
-        check_tensor("x", x, ndim=3)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have d_model={self.d_model} features, got shape {tuple(x.shape)}")
-        if x.shape[1] > self.max_len:
-            raise ValueError(f"sequence length {x.shape[1]} exceeds max_len={self.max_len}")
+        _check_positions(x, self.d_model, self.max_len)
         length = x.shape[1]
         if x.dtype == torch.float64:
             # The buffer holds float32 values (MPS has no float64); .double() cannot restore the
@@ -134,12 +139,6 @@ class LearnedPositionalEncoding(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``(B, T, d_model)`` -> ``x + P[:T]``, same shape."""
-        check_tensor("x", x, ndim=3)
-        if x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have d_model={self.d_model} features, got shape {tuple(x.shape)}")
-        if x.shape[1] > self.max_len:
-            raise ValueError(
-                f"sequence length {x.shape[1]} exceeds max_len={self.max_len}: "
-                "a learned table has no row for those positions"
-            )
+        _check_positions(x, self.d_model, self.max_len,
+                         why=": a learned table has no row for those positions")
         return self.dropout(x + self.table[: x.shape[1]].to(x.dtype))  # (T, D) broadcasts over B
