@@ -77,3 +77,156 @@ def test_critical_path_recurrence_against_attention():
     # Three dependent operations per step (W_hh h, + W_xh x_t + b, tanh): n steps.
     assert depth_rnn[8] - depth_rnn[4] == 3 * 4 and depth_rnn[16] - depth_rnn[8] == 3 * 8
     assert len(set(depth_attn.values())) == 1 and depth_attn[4] < depth_rnn[4]
+
+
+# ------------------------------------------------------------------ Table 1 and memory
+
+from aiayn.complexity import (  # noqa: E402
+    LAYER_KINDS,
+    Conv1dLayer,
+    attention_core,
+    count_flops,
+    crossover_length,
+    dependency_matrix,
+    hops_to_connect,
+    layer_cost,
+    peak_memory_bytes,
+    recurrent_core,
+    restricted_attention_core,
+    saved_tensor_bytes,
+    time_stats,
+)
+
+
+@pytest.mark.parametrize("n, d", [(8, 16), (16, 8), (5, 12)])
+def test_layer_cost_formulas_match_counted_flops(n, d):
+    torch.manual_seed(0)
+    x = torch.randn(1, n, d)
+    w_xh, w_hh = torch.randn(d, d), torch.randn(d, d)
+    counted = {
+        "self-attention": count_flops(attention_core, x),
+        "recurrent": count_flops(recurrent_core, x, w_xh, w_hh),
+        "convolutional": count_flops(Conv1dLayer(d, 5), x),
+        "restricted": count_flops(restricted_attention_core, x, 3),
+    }
+    for kind in LAYER_KINDS:
+        assert layer_cost(kind, n, d, k=5, r=3).flops == counted[kind], kind
+
+
+def test_layer_cost_columns_and_crossover():
+    att, rnn = layer_cost("self-attention", 512, 512), layer_cost("recurrent", 512, 512)
+    assert att.flops == rnn.flops and crossover_length(512) == 512.0
+    assert layer_cost("self-attention", 256, 512).flops < layer_cost("recurrent", 256, 512).flops
+    assert (att.sequential_ops, rnn.sequential_ops) == (1, 512)
+    assert layer_cost("convolutional", 17, 4, k=3).max_path_length == 16
+    assert layer_cost("restricted", 17, 4, r=5).max_path_length == 8
+    with pytest.raises(ValueError, match="kind must be one of"):
+        layer_cost("lstm", 4, 4)
+    with pytest.raises(ValueError, match="k must be an odd int >= 3"):
+        layer_cost("convolutional", 4, 4, k=4)
+    with pytest.raises(ValueError, match="n must be a positive int, got 0"):
+        layer_cost("recurrent", 0, 4)
+
+
+def test_restricted_attention_equals_banded_full_attention():
+    torch.manual_seed(0)
+    x = torch.randn(2, 9, 4)
+    r = 5
+    scores = x @ x.transpose(-2, -1) / 2.0
+    i = torch.arange(9)
+    band = (i[:, None] - i[None, :]).abs() <= r // 2
+    expected = torch.softmax(scores.masked_fill(~band, float("-inf")), -1) @ x
+    torch.testing.assert_close(restricted_attention_core(x, r), expected)
+    with pytest.raises(ValueError, match="r must be odd"):
+        restricted_attention_core(x, 4)
+
+
+def test_recurrent_core_matches_the_rnn_layer():
+    torch.manual_seed(0)
+    rnn = RNN(6, 6, bias=False)
+    x = torch.randn(2, 7, 6)
+    expected, _ = rnn(x)
+    got = recurrent_core(x, rnn.w_xh.weight.T, rnn.w_hh.weight.T)
+    torch.testing.assert_close(got, expected)
+    # A window as long as the sequence changes nothing.
+    torch.testing.assert_close(recurrent_core(x, rnn.w_xh.weight.T, rnn.w_hh.weight.T, 7), got)
+
+
+def test_hops_to_connect_reads_the_path_length_off_the_gradient():
+    torch.manual_seed(0)
+    n, d = 9, 3
+    x = torch.randn(1, n, d)
+    assert dependency_matrix(attention_core, x).all()
+    conv = Conv1dLayer(d, 3)
+
+    def conv_stack(z, hops):
+        for _ in range(hops):
+            z = conv(z)
+        return z
+
+    hops = hops_to_connect(conv_stack, x, 20)
+    assert hops.max() == layer_cost("convolutional", n, d).max_path_length == 8
+    assert hops[4, 4] == 1 and hops[0, 8] == 8
+    w = torch.randn(d, d) * 0.5
+    rec = hops_to_connect(lambda z, h: recurrent_core(z, w, w, window=h), x, n)
+    assert rec[8, 0] == 9 and rec[0, 8] == 0  # causal: the future never reaches the past
+    with pytest.raises(ValueError, match="x must have shape"):
+        dependency_matrix(attention_core, torch.randn(2, 3, 3))
+
+
+def test_memory_of_the_explicit_and_fused_paths():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 2)
+    n = 64
+    x = torch.randn(1, n, 16)
+    explicit = saved_tensor_bytes(lambda: mha(x, x, x, need_weights=True))
+    fused = saved_tensor_bytes(lambda: mha(x, x, x))
+    # The explicit path keeps the (1, 2, n, n) weights for backward; the fused one not.
+    assert explicit >= 2 * n * n * 4 and explicit - fused > n * n * 4
+    with torch.no_grad():
+        peak_explicit = peak_memory_bytes(lambda: mha(x, x, x, need_weights=True))
+        peak_fused = peak_memory_bytes(lambda: mha(x, x, x))
+    assert peak_explicit >= 2 * n * n * 4 > peak_fused > 0
+    with pytest.raises(TypeError, match="fn must be callable"):
+        saved_tensor_bytes(3)
+
+
+def test_time_stats_orders_its_numbers():
+    median, low, high = time_stats(lambda: sum(range(1000)), repeats=3)
+    assert 0 < low <= median <= high
+
+
+def test_crossing_point():
+    from aiayn.complexity import crossing_point
+
+    n = [64, 128, 256, 512, 1024]
+    quadratic = [v * v for v in n]
+    linear = [256 * v for v in n]
+    assert crossing_point(n, quadratic, linear) == pytest.approx(256.0)
+    assert crossing_point(n, linear, quadratic) is None  # linear never overtakes
+    with pytest.raises(ValueError, match="equal length"):
+        crossing_point([1, 2], [1], [1, 2])
+
+
+def test_chapter8_plots_and_explorer():
+    import matplotlib.pyplot as plt
+
+    from aiayn.viz import plot_hops, plot_layer_costs, plot_measured_costs
+
+    ax = plot_layer_costs(64, k=5, r=9, n_max=1024)
+    assert len(ax.get_lines()) == 4 + 1  # four layers and the n = d line
+    assert ax.get_lines()[-1].get_xdata()[0] == 64
+    ax = plot_measured_costs([1, 2, 4], {"recurrent": [1, 2, 4]}, {"recurrent": 1.0})
+    assert "slope 1.00" in ax.get_legend().get_texts()[0].get_text()
+    hops = {"a": torch.ones(4, 4, dtype=torch.long), "b": torch.tril(torch.ones(4, 4)).long()}
+    fig = plot_hops(hops)
+    assert len(fig.axes) == 3  # two maps and a colour bar
+    plt.close("all")
+    pytest.importorskip("ipywidgets")
+    from aiayn.widgets import complexity_explorer
+
+    box = complexity_explorer(d=128)
+    width = box.children[0].children[0]
+    for value in (width.min, width.max):  # the extremes redraw without error
+        width.value = value
+    plt.close("all")

@@ -193,6 +193,41 @@ class MultiHeadAttention(nn.Module):
         output = self.w_o(concat)
         return (output, weights) if need_weights else output
 
+    def forward_cached(
+        self,
+        query: torch.Tensor,
+        cache: dict,
+        memory: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Incremental decoding: attention for new query positions, reusing cached keys and values.
+
+        Self-attention (``memory`` None): the keys and values of ``query`` ``(B, 1, d_model)``
+        are appended to ``cache["k"]``, ``cache["v"]`` ``(B, H, t, d_k)``, and the new position
+        attends to every cached one (all earlier, so no causal mask is needed).
+        Cross-attention: the keys and values of ``memory`` are computed on the first call
+        and reused afterwards. Gives the same output as :meth:`forward` on the full prefix.
+        """
+        check_tensor("query", query, ndim=3)
+        batch, t_len = query.shape[0], query.shape[1]
+        q = self._split_heads(self.w_q(query))  # (B, H, t_new, d_k)
+        if memory is None:
+            k_new = self._split_heads(self.w_k(query))  # (B, H, t_new, d_k)
+            v_new = self._split_heads(self.w_v(query))
+            if "k" in cache:
+                k_new = torch.cat([cache["k"], k_new], dim=2)  # (B, H, t_old + t_new, d_k)
+                v_new = torch.cat([cache["v"], v_new], dim=2)
+            cache["k"], cache["v"] = k_new, v_new
+            mask = None if t_len == 1 else _causal_mask_tail(t_len, k_new.shape[2], query.device)
+        else:
+            if "k" not in cache:
+                cache["k"] = self._split_heads(self.w_k(memory))  # (B, H, S, d_k)
+                cache["v"] = self._split_heads(self.w_v(memory))
+            mask = memory_mask
+        heads = self._fused(q, cache["k"], cache["v"], mask, 0.0)
+        concat = heads.transpose(1, 2).reshape(batch, t_len, self.d_model)  # (B, H, t, d_k) -> (B, t, d_model)
+        return self.w_o(concat)
+
     @staticmethod
     def _fused(q, k, v, mask: torch.Tensor | None, dropout_p: float) -> torch.Tensor:
         """PyTorch's fused kernel, with fully masked query rows set to zero on every backend."""
@@ -206,3 +241,10 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_heads={self.n_heads}, d_k={self.d_k}, dropout={self.dropout}"
+
+
+def _causal_mask_tail(t_new: int, t_total: int, device=None) -> torch.Tensor:
+    """The last ``t_new`` rows of a ``(t_total, t_total)`` causal mask: new queries that
+    follow ``t_total - t_new`` cached positions may attend up to their own position."""
+    rows = torch.arange(t_total - t_new, t_total, device=device)[:, None]  # (t_new, 1)
+    return torch.arange(t_total, device=device)[None, :] <= rows  # (t_new, t_total)

@@ -12,6 +12,16 @@ __all__ = [
     "two_relation_task",
     "two_relation_labels",
     "previous_token_task",
+    "DATE_FORMATS",
+    "DATE_RANGE",
+    "format_date",
+    "is_test_date",
+    "date_split",
+    "date_pairs",
+    "CharTokenizer",
+    "date_tokenizer",
+    "pad_batch",
+    "date_batch",
 ]
 
 
@@ -169,3 +179,177 @@ def two_relation_labels(tokens: torch.Tensor, n_values: int = 4) -> list[str]:
     if any(i < 0 or i // n_values >= 26 for i in ids):
         raise ValueError("tokens must be ids key * n_values + value with key < 26")
     return [f"{chr(ord('A') + i // n_values)}{i % n_values}" for i in ids]
+
+
+# ------------------------------------ chapter 7: a translation task that needs reordering
+
+#: Written forms of a date the date task draws from; every one is unambiguous.
+DATE_FORMATS = (
+    "29 November 2026",
+    "Nov 29, 2026",
+    "29/11/2026",
+    "sunday, november 29th 2026",
+    "2026.11.29",
+    "29-NOV-2026",
+    "Sun 29 Nov 2026",
+)
+
+#: The first and last dates of the date task (inclusive).
+DATE_RANGE = ("1950-01-01", "2049-12-31")
+
+
+def _ordinal_suffix(day: int) -> str:
+    if day in (11, 12, 13):
+        return "th"
+    return {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+
+
+def format_date(day, form: int) -> str:
+    """Write ``day`` (a :class:`datetime.date`) in written form ``form``, an index into
+    :data:`DATE_FORMATS`. Month and weekday names are English, independent of the locale."""
+    import calendar
+
+    if not isinstance(form, int) or isinstance(form, bool) or not 0 <= form < len(DATE_FORMATS):
+        raise ValueError(f"form must be an int in [0, {len(DATE_FORMATS) - 1}], got {form!r}")
+    month = ("January", "February", "March", "April", "May", "June", "July", "August",
+             "September", "October", "November", "December")[day.month - 1]
+    weekday = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
+               "Sunday")[calendar.weekday(day.year, day.month, day.day)]
+    d, m, y = day.day, day.month, day.year
+    forms = (
+        f"{d} {month} {y}",
+        f"{month[:3]} {d}, {y}",
+        f"{d:02d}/{m:02d}/{y}",
+        f"{weekday.lower()}, {month.lower()} {d}{_ordinal_suffix(d)} {y}",
+        f"{y}.{m:02d}.{d:02d}",
+        f"{d:02d}-{month[:3].upper()}-{y}",
+        f"{weekday[:3]} {d} {month[:3]} {y}",
+    )
+    return forms[form]
+
+
+def is_test_date(day) -> bool:
+    """True for the about 3% of dates held out for testing (a fixed hash of the date).
+
+    The split is by *date*, not by written form: a held-out date never appears in
+    training in any of its forms, so a correct answer cannot be remembered."""
+    return (day.toordinal() * 2654435761) % 2**32 % 100 < 3
+
+
+def date_split(split: str) -> list:
+    """All dates of :data:`DATE_RANGE` in ``split``: ``"train"`` or ``"test"``, in order."""
+    import datetime
+
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    first, last = (datetime.date.fromisoformat(s) for s in DATE_RANGE)
+    days = (first + datetime.timedelta(n) for n in range((last - first).days + 1))
+    return [d for d in days if is_test_date(d) == (split == "test")]
+
+
+def date_pairs(n: int, split: str = "train", seed: int = 0) -> list[tuple[str, str]]:
+    """``n`` random ``(written date, ISO date)`` pairs from ``split``, reproducible from ``seed``.
+
+    Each pair draws a date of the split and one of :data:`DATE_FORMATS` uniformly, e.g.
+    ``("Nov 29, 2026", "2026-11-29")``."""
+    import random
+
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    rng = random.Random(f"{split}-{seed}")
+    days = date_split(split)
+    pairs = []
+    for _ in range(n):
+        day = rng.choice(days)
+        pairs.append((format_date(day, rng.randrange(len(DATE_FORMATS))), day.isoformat()))
+    return pairs
+
+
+class CharTokenizer:
+    """A character-level vocabulary: ids 0, 1, 2 are ``<pad>``, ``<bos>``, ``<eos>``,
+    then one id per character of ``alphabet``.
+
+    >>> tok = CharTokenizer("0123456789-")
+    >>> tok.decode(tok.encode("2026-11-29"))
+    '2026-11-29'
+    """
+
+    pad_id, bos_id, eos_id = 0, 1, 2
+    specials = ("<pad>", "<bos>", "<eos>")
+
+    def __init__(self, alphabet: str):
+        if not isinstance(alphabet, str) or not alphabet:
+            raise ValueError("alphabet must be a non-empty string of characters")
+        if len(set(alphabet)) != len(alphabet):
+            raise ValueError("alphabet must not repeat a character")
+        self.alphabet = alphabet
+        self.char_to_id = {c: i + len(self.specials) for i, c in enumerate(alphabet)}
+
+    def __len__(self) -> int:
+        return len(self.specials) + len(self.alphabet)
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer({len(self)} ids: 3 specials + {len(self.alphabet)} characters)"
+
+    def encode(self, text: str, bos: bool = False, eos: bool = True) -> list[int]:
+        """Ids of the characters of ``text``, optionally between ``<bos>`` and ``<eos>``."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        unknown = [(i, c) for i, c in enumerate(text) if c not in self.char_to_id]
+        if unknown:
+            i, c = unknown[0]
+            raise ValueError(
+                f"character {c!r} at position {i} of {text!r} is not in the vocabulary "
+                f"(known: {self.alphabet!r})"
+            )
+        ids = [self.char_to_id[c] for c in text]
+        return [self.bos_id] * bos + ids + [self.eos_id] * eos
+
+    def decode(self, ids) -> str:
+        """The text of ``ids`` (a list or 1-D tensor): stops at ``<eos>``, skips ``<pad>``/``<bos>``."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        chars = []
+        for i in ids:
+            if i == self.eos_id:
+                break
+            if i >= len(self.specials):
+                if i >= len(self):
+                    raise ValueError(f"id {i} is outside the vocabulary of {len(self)} ids")
+                chars.append(self.alphabet[i - len(self.specials)])
+        return "".join(chars)
+
+
+def date_tokenizer() -> CharTokenizer:
+    """The one shared vocabulary of the date task: every character of every form."""
+    import datetime
+
+    chars = set()
+    day = datetime.date(2023, 1, 1)
+    for n in range(366):  # every month and weekday name, every digit
+        for form in range(len(DATE_FORMATS)):
+            chars.update(format_date(day + datetime.timedelta(n), form))
+    return CharTokenizer("".join(sorted(chars)))
+
+
+def pad_batch(sequences: list[list[int]], pad_id: int = 0) -> torch.Tensor:
+    """Right-pad lists of ids to one ``(B, max_len)`` int64 tensor."""
+    if not sequences:
+        raise ValueError("sequences must hold at least one sequence")
+    width = max(len(s) for s in sequences)
+    out = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    for row, s in enumerate(sequences):
+        out[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out
+
+
+def date_batch(
+    pairs: list[tuple[str, str]], tokenizer: CharTokenizer, device=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tensors of ``pairs``: ``src`` ``(B, S)`` = text + ``<eos>``, and ``tgt`` ``(B, T)`` =
+    ``<bos>`` + ISO date + ``<eos>``, both right-padded with ``tokenizer.pad_id``.
+
+    Teacher forcing feeds ``tgt[:, :-1]`` to the decoder and predicts ``tgt[:, 1:]``."""
+    src = pad_batch([tokenizer.encode(s) for s, _ in pairs], tokenizer.pad_id)
+    tgt = pad_batch([tokenizer.encode(t, bos=True) for _, t in pairs], tokenizer.pad_id)
+    return src.to(device), tgt.to(device)

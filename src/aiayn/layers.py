@@ -101,6 +101,33 @@ class DecoderLayer(nn.Module):
         return self.norm3(x + self._feed_forward(x))
 
 
+    def forward_step(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        cache: dict,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Incremental decoding: ``x`` ``(B, t_new, d_model)`` holds only the new positions;
+        the earlier ones live in ``cache`` (keys and values of both attentions).
+        Same result as :meth:`forward` on the whole prefix with a causal mask."""
+        self_cache, cross_cache = cache.setdefault("self", {}), cache.setdefault("cross", {})
+
+        def attend_self(h):
+            return self.dropout1(self.self_attn.forward_cached(h, self_cache))
+
+        def attend_memory(h):
+            return self.dropout2(self.cross_attn.forward_cached(h, cross_cache, memory, memory_mask))
+
+        if self.norm_first:  # Pre-LN
+            x = x + attend_self(self.norm1(x))
+            x = x + attend_memory(self.norm2(x))
+            return x + self._feed_forward(self.norm3(x))
+        x = self.norm1(x + attend_self(x))  # Post-LN, the paper's
+        x = self.norm2(x + attend_memory(x))
+        return self.norm3(x + self._feed_forward(x))
+
+
 class Encoder(nn.Module):
     """``n_layers`` encoder layers; a final LayerNorm only for Pre-LN."""
 
@@ -133,4 +160,12 @@ class Decoder(nn.Module):
     def forward(self, x, memory, tgt_mask=None, memory_mask=None) -> torch.Tensor:
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, memory_mask)
+        return self.norm(x)
+
+    def forward_step(self, x, memory, caches: list[dict], memory_mask=None) -> torch.Tensor:
+        """Incremental decoding through every layer; ``caches`` holds one dict per layer."""
+        if len(caches) != len(self.layers):
+            raise ValueError(f"caches must hold one dict per layer ({len(self.layers)}), got {len(caches)}")
+        for layer, cache in zip(self.layers, caches, strict=True):
+            x = layer.forward_step(x, memory, cache, memory_mask)
         return self.norm(x)

@@ -10,7 +10,7 @@ from torch import nn
 
 from .layers import Decoder, Encoder
 from .masks import causal_mask, padding_mask
-from .positional import PositionalEncoding
+from .positional import PositionalEncoding, sinusoidal_encoding
 from .utils import check_tensor, check_tokens
 
 __all__ = ["TransformerConfig", "Transformer", "count_parameters"]
@@ -139,6 +139,33 @@ class Transformer(nn.Module):
             tgt_mask = causal & padding_mask(tgt, self.config.pad_id)  # -> (B, 1, T, T)
         hidden = self.decoder(self._embed(self.tgt_embed, tgt), memory, tgt_mask, memory_mask)
         return self.generator(hidden)
+
+    def decode_step(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        caches: list[dict],
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Incremental decoding: logits ``(B, t_new, tgt_vocab)`` of the new tokens ``tgt``
+        ``(B, t_new)`` only, reusing the keys and values cached in ``caches`` (one dict per
+        decoder layer, start with ``[{} for _ in range(n_layers)]``).
+
+        Equal, up to rounding, to the last ``t_new`` rows of :meth:`decode` on the whole
+        prefix, at a cost per step that does not grow with the prefix's length squared.
+        No padding in the prefix: the decoder's padding mask is not applied."""
+        check_tokens("tgt", tgt, self.config.tgt_vocab)
+        start = caches[0]["self"]["k"].shape[2] if caches and "self" in caches[0] else 0
+        end = start + tgt.shape[1]
+        if end > self.config.max_len:
+            raise ValueError(f"decoding past max_len={self.config.max_len}")
+        x = self.tgt_embed(tgt) * math.sqrt(self.config.d_model)  # (B, t_new, d_model)
+        if x.dtype == torch.float64:  # as PositionalEncoding.forward: a float64 table
+            pe = sinusoidal_encoding(end, self.config.d_model, torch.float64).to(x.device)[start:]
+        else:
+            pe = self.positional.pe[start:end].to(x.dtype)
+        x = self.positional.dropout(x + pe)  # positions start .. end - 1
+        return self.generator(self.decoder.forward_step(x, memory, caches, memory_mask))
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """``src`` ``(B, S)``, ``tgt`` ``(B, T)`` (shifted right) -> logits ``(B, T, tgt_vocab)``."""

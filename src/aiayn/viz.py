@@ -25,6 +25,10 @@ __all__ = [
     "plot_positional_encoding",
     "plot_positional_view",
     "plot_accuracy_curves",
+    "plot_translation",
+    "plot_layer_costs",
+    "plot_measured_costs",
+    "plot_hops",
 ]
 
 
@@ -538,4 +542,98 @@ def plot_head_view(
                   bbox_to_anchor=(0.5, -0.13))  # below the axis: no bar hidden
     prev_mean = float(previous[1:].mean()) if n > 1 else 0.0
     ax_bar.set_title(f"mean: previous {prev_mean:.2f}, matching {float(match.mean()):.2f}")
+    return fig
+
+
+def plot_translation(result: dict, title: str | None = None) -> plt.Figure:
+    """Chapter 7: a translation from :func:`aiayn.decode.translate`: the confidence of each
+    output character (top) and where the decoder looked while writing it (bottom)."""
+    if result.get("error"):
+        raise ValueError(f"nothing to plot: {result['error']}")
+    chars, source = result["chars"], result["source"]
+    weights = np.asarray(result["attention"], dtype=float)  # (T, S)
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(max(6.0, 0.32 * len(source) + 2.5), 6.2),
+        gridspec_kw={"height_ratios": [1, 3]},
+    )
+    top.bar(range(len(chars)), result["confidence"], color="#4c72b0")
+    top.set_xticks(range(len(chars)), chars)
+    top.set_ylim(0, 1.05)
+    top.set_ylabel("probability")
+    top.set_title(title or f"output: {result['output']!r}")
+    image = bottom.imshow(weights, vmin=0.0, vmax=1.0, cmap="Blues", aspect="auto")
+    bottom.set_xticks(range(len(source)), [c if c != " " else "␣" for c in source])
+    bottom.set_yticks(range(len(chars)), chars)
+    bottom.set_xlabel("source character (attended to)")
+    bottom.set_ylabel("output character")
+    fig.colorbar(image, ax=bottom, fraction=0.03, pad=0.02, label="cross-attention")
+    return fig
+
+
+_LAYER_COLORS = {"self-attention": "#4c72b0", "recurrent": "#dd8452",
+                 "convolutional": "#55a868", "restricted": "#8172b3"}
+
+
+def plot_layer_costs(d: int, k: int = 3, r: int = 31, n_max: int = 8192,
+                     ax: plt.Axes | None = None) -> plt.Axes:
+    """Chapter 8: the FLOPs of Table 1's four layers against ``n`` at width ``d`` (log-log),
+    with the self-attention / recurrent crossover at ``n = d`` marked."""
+    from .complexity import LAYER_KINDS, crossover_length, layer_cost
+
+    if ax is None:
+        _, ax = plt.subplots()
+    ns = np.unique(np.geomspace(4, max(n_max, 8), 80).astype(int))
+    for kind in LAYER_KINDS:
+        flops = [layer_cost(kind, int(n), d, k=k, r=r).flops for n in ns]
+        label = {"convolutional": f"convolutional (k={k})",
+                 "restricted": f"restricted (r={r})"}.get(kind, kind)
+        ax.loglog(ns, flops, color=_LAYER_COLORS[kind], label=label)
+    cross = crossover_length(d)
+    if ns[0] <= cross <= ns[-1]:
+        ax.axvline(cross, color="0.4", ls="--", lw=1)
+        ax.annotate(f"n = d = {d}", (cross, ax.get_ylim()[0]), xytext=(4, 6),
+                    textcoords="offset points", fontsize=9, color="0.3")
+    ax.set_xlabel("sequence length n")
+    ax.set_ylabel("FLOPs per layer (one sequence)")
+    ax.set_title(f"Table 1 as FLOPs, d = {d}")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_measured_costs(x: Sequence[float], values: dict, slopes: dict | None = None,
+                        xlabel: str = "sequence length n", ylabel: str = "seconds",
+                        title: str | None = None, ax: plt.Axes | None = None) -> plt.Axes:
+    """Chapter 8: measured times (or bytes) of each layer kind against ``x`` on log-log
+    axes; ``slopes`` (fitted exponents) go into the legend."""
+    if ax is None:
+        _, ax = plt.subplots()
+    for name, ys in values.items():
+        label = name if not slopes or name not in slopes else f"{name} (slope {slopes[name]:.2f})"
+        ax.loglog(x, ys, "o-", color=_LAYER_COLORS.get(name), label=label, ms=4)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_hops(hops: dict, fig: plt.Figure | None = None) -> plt.Figure:
+    """Chapter 8: one heatmap per layer kind: how many layers (or recurrent steps) until
+    output ``i`` depends on input ``j``; white where it never does."""
+    if fig is None:
+        fig = plt.figure(figsize=(3.0 * len(hops), 3.2))
+    axes = fig.subplots(1, len(hops), squeeze=False)[0]
+    vmax = max(int(torch.as_tensor(h).max()) for h in hops.values())
+    for ax, (name, h) in zip(axes, hops.items(), strict=True):
+        h = torch.as_tensor(h).float()
+        shown = np.ma.masked_where(h.numpy() == 0, h.numpy())
+        image = ax.imshow(shown, cmap="viridis", vmin=1, vmax=vmax)
+        ax.set_title(f"{name}\nmax {int(h.max())}", fontsize=10)
+        ticks = range(0, h.shape[0], max(1, h.shape[0] // 4))
+        ax.set_xticks(ticks)
+        ax.set_yticks(ticks)
+        ax.set_xlabel("input j")
+    axes[0].set_ylabel("output i")
+    fig.colorbar(image, ax=list(axes), fraction=0.02, pad=0.02, label="hops")
     return fig

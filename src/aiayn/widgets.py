@@ -12,6 +12,8 @@ __all__ = [
     "scaling_explorer",
     "head_explorer",
     "positional_explorer",
+    "date_explorer",
+    "complexity_explorer",
 ]
 
 
@@ -220,3 +222,65 @@ def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[
         control.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox([model, layer, head]), example, out])
+
+
+def date_explorer(model, tokenizer, text: str = "Nov 29, 2026"):
+    """Chapter 7: type a date in any form and see the model's ISO date, the confidence
+    of each character and the cross-attention. A beam-size slider switches between
+    greedy decoding (1) and beam search; input the model cannot read gets a message."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from .decode import translate
+    from .viz import plot_translation
+
+    box = w.Text(value=text, description="date", continuous_update=False)
+    beam = w.IntSlider(value=1, min=1, max=8, description="beam size")
+    out = w.Output()
+
+    def redraw(*_):
+        with out:
+            out.clear_output(wait=True)
+            result = translate(model, tokenizer, box.value, beam.value)
+            if result["error"]:
+                print(f"Cannot read this input: {result['error']}")
+                return
+            fig = plot_translation(result)
+            display(fig)
+            plt.close(fig)
+
+    for control in (box, beam):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([box, beam]), out])
+
+
+def complexity_explorer(d: int = 512):
+    """Chapter 8: Table 1's FLOPs against ``n`` for a width ``d``, kernel ``k`` and
+    window ``r`` chosen with sliders; the self-attention / recurrent crossover (n = d)
+    moves with ``d``. Returns the widget box."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from .viz import plot_layer_costs
+
+    width = w.IntSlider(value=d, min=16, max=4096, step=16, description="d")
+    kernel = w.IntSlider(value=3, min=3, max=31, step=2, description="kernel k")
+    window = w.IntSlider(value=31, min=3, max=255, step=2, description="window r")
+    n_max = w.IntSlider(value=8192, min=64, max=65536, step=64, description="largest n")
+    out = w.Output()
+
+    def redraw(*_):
+        with out:
+            out.clear_output(wait=True)
+            fig, ax = plt.subplots()
+            plot_layer_costs(width.value, kernel.value, window.value, n_max.value, ax=ax)
+            display(fig)
+            plt.close(fig)
+
+    for control in (width, kernel, window, n_max):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([width, kernel]), w.HBox([window, n_max]), out])

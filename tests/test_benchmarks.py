@@ -1,0 +1,56 @@
+"""benchmarks/run.py on tiny sizes: the benchmarks are not timed tests, but they must run."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "benchmarks" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_torch_transformer_copy_matches_ours(bench):
+    torch.manual_seed(0)
+    ours = bench.Stacks(16, 2, 32, 2)
+    theirs = bench.torch_transformer(ours)
+    src, tgt = torch.randn(2, 5, 16), torch.randn(2, 4, 16)
+    assert bench.check_parity(ours, theirs, src, tgt) < 1e-5
+    with torch.no_grad():
+        theirs.decoder.layers[0].linear1.weight.mul_(1.1)
+    with pytest.raises(AssertionError, match="outputs differ"):
+        bench.check_parity(ours, theirs, src, tgt)
+
+
+def test_benchmarks_run_on_tiny_sizes(bench, tmp_path, monkeypatch):
+    rows = bench.bench_transformer(16, 2, 32, 1, batch=2, length=4, repeats=1, warmup=0)
+    assert [r.benchmark for r in rows] == [
+        "aiayn / torch.nn.Transformer: training step",
+        "aiayn / torch.nn.Transformer: inference forward",
+    ]
+    assert all(float(r.ratio) > 0 for r in rows)
+    rows += bench.bench_attention_paths((8,), 16, 2, repeats=1)
+    assert len(rows) == 5 and float(rows[-2].ratio) > 1  # explicit keeps the weights
+    rows += bench.bench_decoding((2,), d_model=16, n_layers=1, repeats=1)
+    rows += bench.bench_training_to_accuracy()
+    text = bench.to_markdown(rows, bench.machine_info(torch.device("cpu")), ["a note"])
+    assert text.startswith("# Benchmarks on cpu") and "- a note" in text
+    assert text.count("\n| ") == len(rows) + 2  # header, rule, rows
+    monkeypatch.setattr(bench, "run_all", lambda device, quick: rows)  # ran above
+    path = bench.main(["--quick", "--out", str(tmp_path)])
+    assert path.name == "cpu-quick.md" and "| aiayn / torch.nn" in path.read_text()
+
+
+def test_device_slug(bench):
+    assert bench.device_slug(torch.device("cpu")) == "cpu"

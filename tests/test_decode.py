@@ -1,0 +1,131 @@
+import pytest
+import torch
+
+from aiayn import Transformer, TransformerConfig
+from aiayn.decode import Decoded, beam_search, cross_attention, greedy_decode, length_penalty
+from aiayn.masks import causal_mask, padding_mask
+
+BOS, EOS = 1, 2
+
+
+def _model(norm_first=False, dtype=torch.float32, seed=0):
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(src_vocab=13, tgt_vocab=13, d_model=16, n_heads=2, n_layers=2,
+                            d_ff=32, dropout=0.1, max_len=40, norm_first=norm_first)
+    return Transformer(cfg).to(dtype).eval()
+
+
+def _src(batch=3, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, 13, (batch, 7), generator=g)
+    src[0, 5:] = 0  # padding in one row
+    return src
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+def test_cached_decoding_is_identical_to_uncached(norm_first, dtype, tol):
+    model, src = _model(norm_first, dtype), _src()
+    plain = greedy_decode(model, src, BOS, EOS, max_len=20)
+    cached = greedy_decode(model, src, BOS, EOS, max_len=20, use_cache=True)
+    assert torch.equal(plain.tokens, cached.tokens)
+    assert (plain.logits - cached.logits).abs().max().item() < tol
+    assert plain.n_decoder_calls == cached.n_decoder_calls == plain.logits.shape[1]
+
+
+def test_decode_step_with_several_new_tokens_matches_decode():
+    model, src = _model(), _src()
+    memory_mask = padding_mask(src, 0)
+    memory = model.encode(src, memory_mask)
+    tgt = torch.randint(3, 13, (3, 6), generator=torch.Generator().manual_seed(2))
+    full = model.decode(tgt, memory, memory_mask)
+    caches = [{} for _ in range(2)]
+    first = model.decode_step(tgt[:, :4], memory, caches, memory_mask)  # a prompt of 4
+    rest = [model.decode_step(tgt[:, t : t + 1], memory, caches, memory_mask) for t in (4, 5)]
+    assert torch.allclose(torch.cat([first, *rest], 1), full, atol=1e-5)
+    assert caches[0]["self"]["k"].shape == (3, 2, 6, 8)  # (B, H, t, d_k)
+
+
+def test_greedy_outputs_are_consistent():
+    model, src = _model(), _src()
+    out = greedy_decode(model, src, BOS, EOS, max_len=9, return_attention=True)
+    assert isinstance(out, Decoded)
+    steps = out.tokens.shape[1]
+    assert steps <= 9 and out.probs.shape == (3, steps, 13)
+    assert torch.allclose(out.probs.sum(-1), torch.ones(3, steps))
+    assert torch.equal(out.probs.argmax(-1)[out.tokens != 0], out.tokens[out.tokens != 0])
+    assert (out.token_probs <= out.probs.max(-1).values + 1e-7).all()
+    assert len(out.cross_attention) == 2 and out.cross_attention[0].shape == (3, 2, steps, 7)
+    assert (out.cross_attention[0][0, ..., 5:] == 0).all()  # source padding gets no attention
+    # Each row is the same as when that source is decoded alone.
+    alone = greedy_decode(model, src[1:2], BOS, EOS, max_len=9)
+    n = alone.tokens.shape[1]
+    assert torch.equal(alone.tokens[0], out.tokens[1, :n])
+
+
+def test_greedy_stops_at_eos_and_pads_after_it():
+    model, src = _model(), _src()
+
+    def eos_for_row_0_at_step_2(module, args, logits):
+        logits = logits.clone()
+        logits[..., 5] += 1e4  # every row writes 5 ...
+        if logits.shape[1] >= 2 or module.step_count >= 1:
+            logits[0, -1, EOS] += 2e4  # ... row 0 ends at step 2
+        module.step_count += 1
+        return logits
+
+    for use_cache in (False, True):
+        model.generator.step_count = 0
+        hook = model.generator.register_forward_hook(eos_for_row_0_at_step_2)
+        out = greedy_decode(model, src, BOS, EOS, max_len=4, use_cache=use_cache)
+        hook.remove()
+        assert out.n_decoder_calls == 4  # rows 1 and 2 never end
+        assert out.tokens[0].tolist() == [5, EOS, 0, 0]  # padding after <eos>
+        assert out.tokens[1].tolist() == [5, 5, 5, 5]
+
+
+def test_greedy_rejects_bad_input():
+    with pytest.raises(TypeError, match="aiayn Transformer"):
+        greedy_decode(torch.nn.Linear(2, 2), _src(), BOS, EOS)
+    with pytest.raises(ValueError, match="max_len must be a positive int"):
+        greedy_decode(_model(), _src(), BOS, EOS, max_len=0)
+
+
+def test_length_penalty_is_gnmt():
+    assert length_penalty(1, 0.6) == pytest.approx(1.0)
+    assert length_penalty(7, 0.6) == pytest.approx(2**0.6)
+    assert length_penalty(10, 0.0) == 1.0
+
+
+def test_beam_size_one_is_greedy_and_wider_beams_score_no_worse():
+    model, src = _model(seed=3), _src(1, seed=4)
+    greedy = greedy_decode(model, src, BOS, EOS, max_len=12)
+    hyps = beam_search(model, src, BOS, EOS, beam_size=1, max_len=12, alpha=0.0)
+    tokens = greedy.tokens[0][greedy.tokens[0] != 0].tolist()
+    assert hyps[0][0] == [t for t in tokens if t != EOS]
+
+    def log_prob(hyp):  # log P(hyp [+ <eos> if it ended]) by teacher forcing
+        ended = len(hyp) < 12
+        tgt = torch.tensor([[BOS, *hyp, *[EOS] * ended]])
+        memory_mask = padding_mask(src, 0)
+        # Only the causal mask: a generated token may be the padding id.
+        logits = model.decode(tgt[:, :-1], model.encode(src, memory_mask), memory_mask,
+                              tgt_mask=causal_mask(tgt.shape[1] - 1))
+        logp = torch.log_softmax(logits.double(), -1)
+        return logp.gather(-1, tgt[:, 1:, None]).sum().item()
+
+    best = {k: beam_search(model, src, BOS, EOS, beam_size=k, max_len=12, alpha=0.0)[0]
+            for k in (1, 4)}
+    for hyp, score in best.values():
+        assert score == pytest.approx(log_prob(hyp), abs=1e-4)
+    assert best[4][1] >= best[1][1] - 1e-9
+    with pytest.raises(ValueError, match="one source at a time"):
+        beam_search(model, _src(2), BOS, EOS)
+
+
+def test_cross_attention_rows_sum_to_one():
+    model, src = _model(), _src()
+    maps = cross_attention(model, src, torch.full((3, 4), BOS))
+    assert all(torch.allclose(m.sum(-1), torch.ones(3, 2, 4)) for m in maps)
+    # The hooks are gone afterwards.
+    assert not model.decoder.layers[0].cross_attn._forward_hooks
