@@ -58,7 +58,7 @@ def greedy_decode(
 
     Without the cache, step ``t`` re-runs the decoder on the whole prefix ``y_0..y_t`` and
     keeps the last position's logits; with ``use_cache`` it feeds only the newest token and
-    reuses the keys and values of the earlier ones (:meth:`Transformer.decode_step`). The
+    reuses the keys and values of the earlier ones (:meth:`~aiayn.model.Transformer.decode_step`). The
     two give the same tokens; their logits agree up to rounding."""
     _check_model_src(model, src)
     if not isinstance(max_len, int) or max_len < 1:

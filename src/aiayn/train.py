@@ -299,7 +299,7 @@ def load_checkpoint(
 
 
 def average_state_dicts(states: list[dict]) -> dict:
-    """The element-wise mean of several ``state_dict``s of one model (Section 6.1: the
+    """The element-wise mean of several state dicts of one model (Section 6.1: the
     paper's base models average the last 5 checkpoints). Non-float entries are taken
     from the last state."""
     if not states:
