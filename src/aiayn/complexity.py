@@ -188,6 +188,7 @@ def time_stats(
 
 # ------------------------------------------------------------------------------ Table 1
 
+#: The four layer types of the paper's Table 1, in its order.
 LAYER_KINDS = ("self-attention", "recurrent", "convolutional", "restricted")
 
 
