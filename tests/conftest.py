@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 
 import matplotlib
@@ -21,6 +20,8 @@ matplotlib.use("Agg")  # before anything imports pyplot: no windows, determinist
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+
+from aiayn.architecture import to_torch_names  # noqa: E402
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
@@ -87,30 +88,9 @@ def assert_parity(ours: torch.Tensor, theirs: torch.Tensor, label: str = "") -> 
     return err
 
 
-_QKV = re.compile(r"^(?P<prefix>.*?)w_(?P<which>[qkv])\.(?P<kind>weight|bias)$")
-
-
-def to_torch_layout(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Our names -> torch.nn's names, for a state dict or a dict of gradients.
-
-    ``w_q, w_k, w_v`` -> ``in_proj_weight/bias`` (concatenated in q, k, v order),
-    ``w_o`` -> ``out_proj``, ``cross_attn`` -> ``multihead_attn``,
-    ``feed_forward.linear1/2`` -> ``linear1/2``. Norms and layer indices keep their names.
-    """
-    out: dict[str, torch.Tensor] = {}
-    qkv: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
-    for name, tensor in tensors.items():
-        name = (name.replace("feed_forward.", "")
-                .replace("cross_attn.", "multihead_attn.")
-                .replace("w_o.", "out_proj."))
-        match = _QKV.match(name)
-        if match:
-            qkv.setdefault((match["prefix"], match["kind"]), {})[match["which"]] = tensor
-        else:
-            out[name] = tensor
-    for (prefix, kind), parts in qkv.items():
-        out[f"{prefix}in_proj_{kind}"] = torch.cat([parts["q"], parts["k"], parts["v"]])
-    return out
+# Our names -> torch.nn's names (w_q/w_k/w_v -> in_proj, w_o -> out_proj, ...), for a
+# state dict or a dict of gradients; the package's own bridge, tested by every parity test.
+to_torch_layout = to_torch_names
 
 
 def randomize_(module: nn.Module, seed: int = 0, std: float = 0.3) -> nn.Module:

@@ -24,7 +24,7 @@ def bench():
 def test_torch_transformer_copy_matches_ours(bench):
     torch.manual_seed(0)
     ours = bench.Stacks(16, 2, 32, 2)
-    theirs = bench.torch_transformer(ours)
+    theirs = bench.torch_transformer(ours)  # aiayn.architecture's bridge
     src, tgt = torch.randn(2, 5, 16), torch.randn(2, 4, 16)
     assert bench.check_parity(ours, theirs, src, tgt) < 1e-5
     with torch.no_grad():
@@ -43,7 +43,9 @@ def test_benchmarks_run_on_tiny_sizes(bench, tmp_path, monkeypatch):
     rows += bench.bench_attention_paths((8,), 16, 2, repeats=1)
     assert len(rows) == 5 and float(rows[-2].ratio) > 1  # explicit keeps the weights
     rows += bench.bench_decoding((2,), d_model=16, n_layers=1, repeats=1)
-    rows += bench.bench_training_to_accuracy()
+    rows += bench.bench_training_to_accuracy(0.99, max_steps=10)
+    assert "NOT reached within 10 steps" in rows[-1].note  # 10 steps cannot do it
+    assert float(rows[-1].first.removesuffix(" s")) > 0
     text = bench.to_markdown(rows, bench.machine_info(torch.device("cpu")), ["a note"])
     assert text.startswith("# Benchmarks on cpu") and "- a note" in text
     assert text.count("\n| ") == len(rows) + 2  # header, rule, rows

@@ -26,6 +26,9 @@ __all__ = [
     "plot_positional_view",
     "plot_accuracy_curves",
     "plot_translation",
+    "plot_gradient_norms",
+    "plot_training_runs",
+    "plot_model_attention",
     "plot_layer_costs",
     "plot_measured_costs",
     "plot_hops",
@@ -568,6 +571,76 @@ def plot_translation(result: dict, title: str | None = None) -> plt.Figure:
     bottom.set_ylabel("output character")
     fig.colorbar(image, ax=bottom, fraction=0.03, pad=0.02, label="cross-attention")
     return fig
+
+
+# ------------------------------------------------- chapter 6: the encoder-decoder
+
+
+def plot_gradient_norms(norms: dict, ax: plt.Axes | None = None,
+                        title: str | None = None) -> plt.Axes:
+    """Gradient norm per layer, ``{label: {"encoder": [..], "decoder": [..]}}`` (from
+    :func:`aiayn.architecture.layer_gradient_norms`): encoder layers 1..N, then decoder
+    layers 1..N, on a log scale."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.6))
+    for label, by_stack in norms.items():
+        n_enc, n_dec = len(by_stack["encoder"]), len(by_stack["decoder"])
+        values = [*by_stack["encoder"], *by_stack["decoder"]]
+        ax.plot(range(1, n_enc + n_dec + 1), values, marker=".", label=label)
+    ax.axvline(n_enc + 0.5, color="0.6", lw=0.8)
+    ax.set_yscale("log")
+    ax.set(xlabel=f"layer (1-{n_enc}: encoder, {n_enc + 1}-{n_enc + n_dec}: decoder)",
+           ylabel="gradient norm of the layer")
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_training_runs(curves: dict, ylabel: str = "label-smoothed loss", smooth: int = 20,
+                       ax: plt.Axes | None = None, title: str | None = None) -> plt.Axes:
+    """Per-step curves ``{label: values}``, each smoothed by a running mean over
+    ``smooth`` steps (a run that stopped early simply ends there)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.6))
+    for label, values in curves.items():
+        y = np.asarray(values, dtype=float)
+        width = max(1, min(smooth, len(y)))
+        mean = np.convolve(y, np.ones(width) / width, mode="valid")
+        ax.plot(np.arange(width, len(y) + 1), mean, label=label)
+    ax.set(xlabel="step", ylabel=ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_model_attention(maps: dict, kind: str, layer: int, head: int | None,
+                         source: Sequence[str], target: Sequence[str],
+                         ax: plt.Axes | None = None) -> plt.Axes:
+    """One map of :func:`aiayn.architecture.attention_maps` (first example of the batch):
+    ``kind`` (encoder self, decoder self, cross), ``layer`` from 0, ``head`` from 0 or
+    None for the mean over heads. ``source`` and ``target`` label the encoder's and the
+    decoder's positions."""
+    if kind not in maps:
+        raise ValueError(f"kind must be one of {list(maps)}, got {kind!r}")
+    n_layers, n_heads = len(maps[kind]), maps[kind][0].shape[1]
+    if not 0 <= layer < n_layers:
+        raise ValueError(f"layer must be in [0, {n_layers - 1}], got {layer}")
+    if head is not None and not 0 <= head < n_heads:
+        raise ValueError(f"head must be None or in [0, {n_heads - 1}], got {head}")
+    weights = maps[kind][layer][0]  # (H, queries, keys)
+    weights = weights.mean(dim=0) if head is None else weights[head]
+    rows = list(source) if kind == "encoder self" else list(target)
+    cols = list(target) if kind == "decoder self" else list(source)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(5.0, 0.3 * len(cols) + 2.5),
+                                      max(3.0, 0.3 * len(rows) + 1.5)))
+    which = "mean of the heads" if head is None else f"head {head + 1}"
+    show = [c if c != " " else "␣" for c in cols]
+    plot_attention(weights, [r if r != " " else "␣" for r in rows], show, ax=ax,
+                   annotate=False, title=f"{kind}, layer {layer + 1}, {which}")
+    return ax
 
 
 _LAYER_COLORS = {"self-attention": "#4c72b0", "recurrent": "#dd8452",

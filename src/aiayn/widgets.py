@@ -13,6 +13,7 @@ __all__ = [
     "head_explorer",
     "positional_explorer",
     "date_explorer",
+    "encoder_decoder_explorer",
     "complexity_explorer",
 ]
 
@@ -254,6 +255,52 @@ def date_explorer(model, tokenizer, text: str = "Nov 29, 2026"):
         control.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox([box, beam]), out])
+
+
+def encoder_decoder_explorer(model, tokenizer, text: str = "Nov 29, 2026"):
+    """Chapter 6: every attention map of a trained date model. Type a date; pick the kind
+    of attention (encoder self, decoder self, cross), the layer and the head (or their
+    mean). The decoder reads the model's own greedy answer; input the model cannot read
+    gets a message instead of a map."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from .architecture import ATTENTION_KINDS, attention_maps
+    from .decode import translate
+    from .viz import plot_model_attention
+
+    n_layers, n_heads = model.config.n_layers, model.config.n_heads
+    box = w.Text(value=text, description="date", continuous_update=False)
+    kind = w.Dropdown(options=list(ATTENTION_KINDS), value="cross", description="attention")
+    layer = w.Dropdown(options=[(str(i + 1), i) for i in range(n_layers)], value=n_layers - 1,
+                       description="layer")
+    head = w.Dropdown(options=[("mean", None)] + [(str(i + 1), i) for i in range(n_heads)],
+                      value=None, description="head")
+    out = w.Output()
+
+    def redraw(*_):
+        with out:
+            out.clear_output(wait=True)
+            result = translate(model, tokenizer, box.value)
+            if result["error"]:
+                print(f"Cannot read this input: {result['error']}")
+                return
+            device = next(model.parameters()).device
+            src = torch.tensor([tokenizer.encode(box.value)], device=device)
+            answer = tokenizer.encode(result["output"], bos=True, eos=False)
+            maps = attention_maps(model, src, torch.tensor([answer], device=device))
+            target = ["<bos>", *result["output"]]  # what the decoder reads
+            ax = plot_model_attention(maps, kind.value, layer.value, head.value,
+                                      result["source"], target)
+            print(f"{box.value!r} -> {result['output']!r}")
+            display(ax.figure)
+            plt.close(ax.figure)
+
+    for control in (box, kind, layer, head):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([box, kind]), w.HBox([layer, head]), out])
 
 
 def complexity_explorer(d: int = 512):
