@@ -312,3 +312,9 @@ def average_state_dicts(states: list[dict]) -> dict:
         if states[-1][k].is_floating_point() else states[-1][k]
         for k in keys
     }
+
+
+if __name__ == "__main__":  # python -m aiayn.train / torchrun -m aiayn.train: see aiayn.cli
+    from aiayn.cli import run
+
+    run()

@@ -1,0 +1,211 @@
+"""``python -m aiayn.train`` under ``torchrun``: data-parallel parity, resume, checkpoints.
+
+The training runs are real subprocesses (``torchrun`` with gloo on the CPU), each a few
+steps of chapter 7's small model on the generated date task, with one thread per
+process so that runs compare bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import PARITY_MAX
+
+from aiayn import distributed
+from aiayn.cli import main
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+# A few steps, small batches; dropout stays on (0.1): it is seeded per global batch, so
+# the layouts compared below draw the same masks, and the parity check still bites.
+COMMON = ["--n-train", "2000", "--n-valid", "16", "--eval-limit", "8", "--max-tokens", "500",
+          "--warmup", "10", "--log-every", "1", "--eval-every", "1000", "--no-progress"]
+# float32: the same sums in a different order (all-reduce vs accumulation) round differently.
+PARITY_RTOL, PARITY_ATOL = 1e-5, 1e-6
+
+
+def _train(out_dir: Path, *args: str, nproc: int = 1, check: bool = True):
+    if nproc == 1:
+        command = [sys.executable, "-m", "aiayn.train"]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc_per_node={nproc}", "-m", "aiayn.train"]
+    result = subprocess.run(
+        [*command, *COMMON, "--out-dir", str(out_dir), *args],
+        env=ENV, capture_output=True, text=True, timeout=300,
+    )
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def _weights(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _log(out_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (out_dir / "log.jsonl").read_text().splitlines()]
+
+
+def test_two_gloo_processes_equal_one_process_on_the_combined_batch(tmp_path):
+    steps = ["--steps", "4", "--save-every", "4"]
+    _train(tmp_path / "ddp", *steps, nproc=2)
+    _train(tmp_path / "one", *steps, "--accum-steps", "2")  # the same 2 batches per step
+    _train(tmp_path / "half", *steps)  # one batch per step: different data
+    ddp = _weights(tmp_path / "ddp" / "checkpoint_00000004.pt")
+    one = _weights(tmp_path / "one" / "checkpoint_00000004.pt")
+    half = _weights(tmp_path / "half" / "checkpoint_00000004.pt")
+    assert _log(tmp_path / "ddp")[0]["world_size"] == 2
+    assert ddp["data"]["consumed"] == one["data"]["consumed"] == 8
+    worst = 0.0
+    for name, p in one["model"].items():
+        torch.testing.assert_close(ddp["model"][name], p, rtol=PARITY_RTOL, atol=PARITY_ATOL)
+        worst = max(worst, (ddp["model"][name] - p).abs().max().item())
+    # The check can fail: with half the data per step the weights end far apart.
+    key = "float32 (2 gloo processes vs 1)"  # shown in the run's parity summary
+    PARITY_MAX[key] = max(PARITY_MAX.get(key, 0.0), worst)
+    far = max((half["model"][n] - p).abs().max().item() for n, p in one["model"].items())
+    assert far > 100 * PARITY_ATOL > worst
+    # Same loss history too (the log's loss is summed over ranks).
+    loss_ddp = [r["loss"] for r in _log(tmp_path / "ddp") if r["event"] == "train"]
+    loss_one = [r["loss"] for r in _log(tmp_path / "one") if r["event"] == "train"]
+    assert loss_ddp == pytest.approx(loss_one, rel=1e-5)
+
+
+def test_killed_run_resumes_bit_identically(tmp_path):
+    steps = ["--steps", "6", "--save-every", "2", "--keep-last", "2"]
+    _train(tmp_path / "straight", *steps)
+    crashed = _train(tmp_path / "crash", *steps, "--simulate-crash-at", "5", check=False)
+    assert crashed.returncode == 17  # os._exit: no cleanup, no final checkpoint
+    saved = [step for step, _ in distributed.list_checkpoints(tmp_path / "crash")]
+    assert saved == [2, 4]  # step 5 was lost with the process
+    _train(tmp_path / "crash", *steps, "--resume")
+    resumed = [r for r in _log(tmp_path / "crash") if r["event"] == "resume"]
+    assert len(resumed) == 1 and resumed[0]["step"] == 4
+    a = _weights(tmp_path / "straight" / "checkpoint_00000006.pt")
+    b = _weights(tmp_path / "crash" / "checkpoint_00000006.pt")
+    assert a["data"] == b["data"] and a["step"] == b["step"] == 6
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    for sa, sb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values(), strict=True):
+        assert torch.equal(sa["exp_avg"], sb["exp_avg"])
+        assert torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
+    assert a["scheduler"]["last_epoch"] == b["scheduler"]["last_epoch"] == 6
+    # The training losses after the restart are the uninterrupted run's, exactly.
+    losses = {r["step"]: r["loss"] for r in _log(tmp_path / "straight") if r["event"] == "train"}
+    after = {r["step"]: r["loss"] for r in _log(tmp_path / "crash")[-5:] if r["event"] == "train"}
+    assert after == {5: losses[5], 6: losses[6]}
+
+
+def test_resume_refuses_a_checkpoint_of_another_config(tmp_path):
+    args = [*COMMON, "--out-dir", str(tmp_path), "--steps", "1", "--n-train", "200"]
+    torch.set_num_threads(1)
+    try:
+        main(args)
+        with pytest.raises(ValueError, match=r"another config: d_model=64 \(this run: 32, --d-model\)"):
+            main([*args, "--resume", "--d-model", "32"])
+        with pytest.raises(ValueError, match="already holds checkpoints: pass --resume"):
+            main(args)
+        with pytest.raises(ValueError, match=r"max_tokens=500, this run has 400"):
+            main([*args, "--resume", "--max-tokens", "400"])
+    finally:
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--d-model", "30", "--n-heads", "4"], r"--d-model \(30\) must be divisible by --n-heads \(4\)"),
+        (["--max-tokens", "10"], r"max_tokens \(10\) is smaller than the longest sentence"),
+        (["--accum-steps", "0"], "--accum-steps must be positive"),
+        (["--train-src", "x.txt"], "--train-src and --train-tgt go together"),
+    ],
+)
+def test_bad_configuration_is_refused_with_a_clear_message(tmp_path, extra, message):
+    with pytest.raises(ValueError, match=message):
+        main([*COMMON, "--out-dir", str(tmp_path), "--steps", "1", "--n-train", "50", *extra])
+
+
+def test_command_line_reports_errors_without_a_traceback(tmp_path):
+    result = _train(tmp_path, "--train-src", str(tmp_path / "no.en"),
+                    "--train-tgt", str(tmp_path / "no.de"), check=False)
+    assert result.returncode == 1
+    assert "error: --train-src: no such file" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_lists_the_options():
+    result = subprocess.run([sys.executable, "-m", "aiayn.train", "--help"], env=ENV,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    for flag in ("--max-tokens", "--accum-steps", "--resume", "--keep-last", "--save-every",
+                 "--precision", "--train-src", "--valid-tgt", "torchrun"):
+        assert flag in result.stdout
+
+
+# ------------------------------------------------------------------------- checkpoints
+
+
+def test_crash_mid_write_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch):
+    first = distributed.save_rotating({"step": 1, "w": torch.arange(4.0)}, tmp_path, 1)
+
+    def crashing_save(obj, f):
+        f.write(b"PK\x03\x04 half a checkpoint")  # some bytes, then the process dies
+        raise KeyboardInterrupt("killed mid-write")
+
+    monkeypatch.setattr(torch, "save", crashing_save)
+    with pytest.raises(KeyboardInterrupt):
+        distributed.save_rotating({"step": 2}, tmp_path, 2)
+    monkeypatch.undo()
+    assert distributed.latest_checkpoint(tmp_path) == first
+    assert torch.equal(torch.load(first, weights_only=False)["w"], torch.arange(4.0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]  # temp file removed
+    # A process killed outright leaves its temporary file behind: it is never "latest".
+    (tmp_path / f".checkpoint_00000003.pt.{os.getpid()}.tmp").write_bytes(b"garbage")
+    assert distributed.latest_checkpoint(tmp_path) == first
+
+
+def test_overwrite_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "c.pt"
+    distributed.atomic_save({"v": 1}, path)
+    replaced = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: replaced.append((a, b)) or real_replace(a, b))
+    distributed.atomic_save({"v": 2}, path)
+    (src, dst), = replaced
+    assert Path(src).parent == path.parent and Path(dst) == path  # renamed within one folder
+    assert torch.load(path, weights_only=False) == {"v": 2}
+
+
+def test_keep_last_k(tmp_path):
+    for step in (10, 20, 30, 40, 50):
+        distributed.save_rotating({"step": step}, tmp_path, step, keep_last=2)
+    assert [s for s, _ in distributed.list_checkpoints(tmp_path)] == [40, 50]
+    assert torch.load(distributed.latest_checkpoint(tmp_path), weights_only=False) == {"step": 50}
+    with pytest.raises(ValueError, match="keep_last"):
+        distributed.save_rotating({}, tmp_path, 60, keep_last=0)
+
+
+def test_rng_states_round_trip():
+    import random
+
+    import numpy as np
+
+    states = distributed.rng_states()
+    a = (random.random(), np.random.rand(), torch.rand(1).item())
+    distributed.set_rng_states(states)
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == a
+
+
+def test_single_process_without_torchrun(monkeypatch):
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    ctx = distributed.init_distributed("cpu")
+    assert (ctx.rank, ctx.world_size, ctx.backend, ctx.is_main, ctx.distributed) == (
+        0, 1, None, True, False)
+    assert distributed.all_reduce_sum(ctx, [1.0, 2.0]) == [1.0, 2.0]
