@@ -55,6 +55,15 @@ PRESETS = {
 }
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Show defaults, except the empty ones (None, False)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or action.help is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser():
     """The ``argparse.ArgumentParser`` of ``python -m aiayn.train`` (see ``--help``)."""
     p = argparse.ArgumentParser(
@@ -64,7 +73,7 @@ def build_parser():
         epilog="Without --train-src/--train-tgt it trains on the generated date task of chapter 7. "
         "Several GPUs: torchrun --nproc_per_node=N -m aiayn.train ... "
         "After a crash, run the same command again with --resume.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     data = p.add_argument_group("data")
     data.add_argument("--train-src", type=Path, help="training source text, one sentence per line")
