@@ -21,7 +21,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # --all: a full rebuild, so warnings of unchanged pages are not hidden by an
-# incremental build (the chapters are executed on every build anyway).
+# incremental build. The build renders the committed outputs (nbval proves them).
 JB_BUILD := $(BIN)/jupyter-book build . --all -W -n --keep-going
 
 .PHONY: help venv assets browser book test lint unit nbval html-check notebooks clean

@@ -196,8 +196,10 @@ def torch_reference_logits(
     # torch's boolean masks mean True = ignore (ours: True = may attend)
     causal = torch.ones(n, n, dtype=torch.bool, device=tgt.device).triu(1)  # the future
     src_pad, tgt_pad = src == pad, tgt == pad
-    hidden = theirs(
-        src_x, tgt_x, tgt_mask=causal, src_key_padding_mask=src_pad,
-        tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad, tgt_is_causal=True,
-    )
+    with warnings.catch_warnings():  # torch's note that its nested tensors are a prototype
+        warnings.simplefilter("ignore", UserWarning)
+        hidden = theirs(
+            src_x, tgt_x, tgt_mask=causal, src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad, tgt_is_causal=True,
+        )
     return model.generator(hidden)
