@@ -74,3 +74,15 @@ def test_ranks_read_disjoint_shards_that_cover_the_single_process_stream():
     second = np.concatenate([stream.indices(g) for g in range(n, 2 * n)])
     assert sorted(first) == sorted(second) == list(range(60))
     assert not np.array_equal(first, second)
+
+
+def test_concatenated_chunks_equal_one_store():
+    whole = _pairs(60)
+    parts = [EncodedPairs(*map(list, zip(*[whole[i] for i in range(a, b)], strict=True)))
+             for a, b in ((0, 25), (25, 26), (26, 60))]
+    joined = EncodedPairs.concatenate(parts)
+    assert len(joined) == len(whole) == 60
+    assert all(joined[i] == whole[i] for i in range(60))
+    assert np.array_equal(joined.tgt_lengths, whole.tgt_lengths)
+    with pytest.raises(ValueError, match="at least one"):
+        EncodedPairs.concatenate([])

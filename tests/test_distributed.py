@@ -209,3 +209,27 @@ def test_single_process_without_torchrun(monkeypatch):
     assert (ctx.rank, ctx.world_size, ctx.backend, ctx.is_main, ctx.distributed) == (
         0, 1, None, True, False)
     assert distributed.all_reduce_sum(ctx, [1.0, 2.0]) == [1.0, 2.0]
+
+
+def test_bf16_autocast_keeps_float32_weights(tmp_path):
+    summary = main([*COMMON, "--out-dir", str(tmp_path), "--steps", "2", "--n-train", "200",
+                    "--precision", "bf16"])
+    assert summary["precision"] == "bf16" and summary["train_loss"] > 0
+    state = _weights(Path(summary["checkpoint"]))
+    assert all(t.dtype == torch.float32 for t in state["model"].values() if t.is_floating_point())
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_nccl_on_one_gpu_with_bf16(tmp_path):
+    _train(tmp_path, "--steps", "3", "--device", "cuda", nproc=1)  # plain process
+    out = tmp_path / "ddp"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
+         "-m", "aiayn.train", *COMMON, "--out-dir", str(out), "--steps", "3", "--device", "cuda"],
+        env=ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    start = _log(out)[0]
+    expected = "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    assert start["world_size"] == 1 and start["precision"] == expected
+    assert distributed.latest_checkpoint(out).name == "checkpoint_00000003.pt"

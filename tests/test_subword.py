@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,7 @@ def test_text_training_end_to_end(corpus, tmp_path):
         "--valid-src", str(corpus[0]), "--valid-tgt", str(corpus[1]), "--eval-limit", "4",
         "--vocab-size", "400", "--max-tokens", "800", "--steps", "2", "--warmup", "10",
         "--out-dir", str(out), "--no-progress", "--d-model", "32", "--d-ff", "64",
+        "--max-len", "14",
     ])
     assert (out / "tokenizer.json").is_file() and (out / "checkpoint_00000002.pt").is_file()
     assert summary["step"] == 2 and 0.0 <= summary["eval"]["bleu"] <= 100.0
@@ -99,3 +101,8 @@ def test_text_training_end_to_end(corpus, tmp_path):
 
     model, _ = load_checkpoint(out / "checkpoint_00000002.pt")
     assert model.config.src_vocab == len(tokenizer)
+    # Pairs longer than --max-len tokens were left out of training, and the log says so.
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    dropped = next(r for r in log if r["event"] == "dropped_long_pairs")
+    start = next(r for r in log if r["event"] == "start")
+    assert dropped["count"] > 0 and start["pairs"] == 400 - dropped["count"]

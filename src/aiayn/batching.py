@@ -18,6 +18,12 @@ import torch
 __all__ = ["EncodedPairs", "token_batches", "BatchStream"]
 
 
+def _flatten(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+    flat = np.fromiter((i for s in sequences for i in s), dtype=np.int32, count=int(lengths.sum()))
+    return flat, lengths
+
+
 class EncodedPairs:
     """Token ids of many sentence pairs, stored flat (two int32 arrays and offsets),
     so that millions of pairs fit in memory.
@@ -30,12 +36,25 @@ class EncodedPairs:
             raise ValueError(f"src and tgt must hold as many sequences, got {len(src)} and {len(tgt)}")
         if not src:
             raise ValueError("there must be at least one sentence pair")
-        self.src_lengths = np.fromiter((len(s) for s in src), dtype=np.int64, count=len(src))
-        self.tgt_lengths = np.fromiter((len(t) for t in tgt), dtype=np.int64, count=len(tgt))
-        self._src = np.fromiter((i for s in src for i in s), dtype=np.int32)
-        self._tgt = np.fromiter((i for t in tgt for i in t), dtype=np.int32)
+        self._set(*_flatten(src), *_flatten(tgt))
+
+    def _set(self, src, src_lengths, tgt, tgt_lengths) -> None:
+        self._src, self.src_lengths = src, src_lengths
+        self._tgt, self.tgt_lengths = tgt, tgt_lengths
         self._src_start = np.concatenate([[0], np.cumsum(self.src_lengths)])
         self._tgt_start = np.concatenate([[0], np.cumsum(self.tgt_lengths)])
+
+    @classmethod
+    def concatenate(cls, parts: list[EncodedPairs]) -> EncodedPairs:
+        """One store of the pairs of ``parts``, in order (build a large corpus chunk by chunk)."""
+        if not parts:
+            raise ValueError("parts must hold at least one EncodedPairs")
+        joined = cls.__new__(cls)
+        joined._set(
+            np.concatenate([p._src for p in parts]), np.concatenate([p.src_lengths for p in parts]),
+            np.concatenate([p._tgt for p in parts]), np.concatenate([p.tgt_lengths for p in parts]),
+        )
+        return joined
 
     def __len__(self) -> int:
         return len(self.src_lengths)

@@ -185,15 +185,24 @@ def _load_data(args, ctx):
         os.replace(tmp, vocab_path)  # atomic, as the checkpoints
     _barrier(ctx)
     tokenizer = SubwordTokenizer.load(vocab_path)
-    src = tokenizer.encode_batch([s for s, _ in train])
-    tgt = tokenizer.encode_batch([t for _, t in train], bos=True)
-    kept = [i for i in range(len(src)) if len(src[i]) <= args.max_len and len(tgt[i]) <= args.max_len]
-    if not kept:
+    # Encode in chunks, each stored as int32 arrays at once: Python lists of the ids of
+    # millions of sentences would take several GB per process.
+    parts, dropped, chunk = [], 0, 100_000
+    for start in range(0, len(train), chunk):
+        block = train[start : start + chunk]
+        src = tokenizer.encode_batch([s for s, _ in block])
+        tgt = tokenizer.encode_batch([t for _, t in block], bos=True)
+        kept = [i for i in range(len(src))
+                if len(src[i]) <= args.max_len and len(tgt[i]) <= args.max_len]
+        dropped += len(src) - len(kept)
+        if kept:
+            parts.append(EncodedPairs([src[i] for i in kept], [tgt[i] for i in kept]))
+    if not parts:
         raise ValueError(f"--max-len {args.max_len}: every training pair is longer than that")
-    if len(kept) < len(src):
-        _log(ctx, args.out_dir, {"event": "dropped_long_pairs", "count": len(src) - len(kept),
+    if dropped:
+        _log(ctx, args.out_dir, {"event": "dropped_long_pairs", "count": dropped,
                                  "max_len": args.max_len})
-    pairs = EncodedPairs([src[i] for i in kept], [tgt[i] for i in kept])
+    pairs = EncodedPairs.concatenate(parts)
     return tokenizer, pairs, valid, "text"
 
 
