@@ -29,6 +29,16 @@ COMMON = ["--n-train", "2000", "--n-valid", "16", "--eval-limit", "8", "--max-to
 PARITY_RTOL, PARITY_ATOL = 1e-5, 1e-6
 
 
+@pytest.fixture
+def one_thread():
+    """In-process runs on one thread, like the subprocesses: on a busy 2-core machine,
+    several threads per process wait for each other far longer than they compute."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 def _train(out_dir: Path, *args: str, nproc: int = 1, check: bool = True):
     if nproc == 1:
         command = [sys.executable, "-m", "aiayn.train"]
@@ -102,19 +112,15 @@ def test_killed_run_resumes_bit_identically(tmp_path):
     assert after == {5: losses[5], 6: losses[6]}
 
 
-def test_resume_refuses_a_checkpoint_of_another_config(tmp_path):
+def test_resume_refuses_a_checkpoint_of_another_config(tmp_path, one_thread):
     args = [*COMMON, "--out-dir", str(tmp_path), "--steps", "1", "--n-train", "200"]
-    torch.set_num_threads(1)
-    try:
+    main(args)
+    with pytest.raises(ValueError, match=r"another config: d_model=64 \(this run: 32, --d-model\)"):
+        main([*args, "--resume", "--d-model", "32"])
+    with pytest.raises(ValueError, match="already holds checkpoints: pass --resume"):
         main(args)
-        with pytest.raises(ValueError, match=r"another config: d_model=64 \(this run: 32, --d-model\)"):
-            main([*args, "--resume", "--d-model", "32"])
-        with pytest.raises(ValueError, match="already holds checkpoints: pass --resume"):
-            main(args)
-        with pytest.raises(ValueError, match=r"max_tokens=500, this run has 400"):
-            main([*args, "--resume", "--max-tokens", "400"])
-    finally:
-        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
+    with pytest.raises(ValueError, match=r"max_tokens=500, this run has 400"):
+        main([*args, "--resume", "--max-tokens", "400"])
 
 
 @pytest.mark.parametrize(
@@ -126,7 +132,7 @@ def test_resume_refuses_a_checkpoint_of_another_config(tmp_path):
         (["--train-src", "x.txt"], "--train-src and --train-tgt go together"),
     ],
 )
-def test_bad_configuration_is_refused_with_a_clear_message(tmp_path, extra, message):
+def test_bad_configuration_is_refused_with_a_clear_message(tmp_path, extra, message, one_thread):
     with pytest.raises(ValueError, match=message):
         main([*COMMON, "--out-dir", str(tmp_path), "--steps", "1", "--n-train", "50", *extra])
 
@@ -211,7 +217,7 @@ def test_single_process_without_torchrun(monkeypatch):
     assert distributed.all_reduce_sum(ctx, [1.0, 2.0]) == [1.0, 2.0]
 
 
-def test_bf16_autocast_keeps_float32_weights(tmp_path):
+def test_bf16_autocast_keeps_float32_weights(tmp_path, one_thread):
     summary = main([*COMMON, "--out-dir", str(tmp_path), "--steps", "2", "--n-train", "200",
                     "--precision", "bf16"])
     assert summary["precision"] == "bf16" and summary["train_loss"] > 0

@@ -82,7 +82,19 @@ def test_small_vocab_is_refused(corpus):
         train_subword_tokenizer(list(corpus), vocab_size=100)
 
 
-def test_text_training_end_to_end(corpus, tmp_path):
+@pytest.fixture
+def one_thread():
+    """One torch thread, as the subprocess runs: several threads per process on a busy
+    2-core machine wait for each other far longer than they compute."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def test_text_training_end_to_end(corpus, tmp_path, one_thread):
     """The command on user text: the vocabulary lands beside the checkpoints, BLEU is reported."""
     from aiayn.cli import main
 
