@@ -2,7 +2,14 @@ import pytest
 import torch
 
 from aiayn import Transformer, TransformerConfig
-from aiayn.decode import Decoded, beam_search, cross_attention, greedy_decode, length_penalty
+from aiayn.decode import (
+    Decoded,
+    beam_search,
+    beam_search_batch,
+    cross_attention,
+    greedy_decode,
+    length_penalty,
+)
 from aiayn.masks import causal_mask, padding_mask
 
 BOS, EOS = 1, 2
@@ -121,6 +128,22 @@ def test_beam_size_one_is_greedy_and_wider_beams_score_no_worse():
     assert best[4][1] >= best[1][1] - 1e-9
     with pytest.raises(ValueError, match="one source at a time"):
         beam_search(model, _src(2), BOS, EOS)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_batched_beam_search_equals_one_source_at_a_time(beam_size):
+    model, src = _model(seed=5), _src(3, seed=6)  # row 0 is padded
+    batched = beam_search_batch(model, src, BOS, EOS, beam_size=beam_size, max_len=10)
+    for row, hyps in enumerate(batched):
+        one = src[row : row + 1]
+        one = one[:, : int((one != 0).sum())]  # the same source without its padding
+        alone = beam_search(model, one, BOS, EOS, beam_size=beam_size, max_len=10)
+        assert [h for h, _ in hyps] == [h for h, _ in alone]
+        # float32: a padded batch rounds differently from one unpadded source
+        assert [s for _, s in hyps] == pytest.approx([s for _, s in alone], abs=1e-5)
+        assert len(hyps) <= beam_size
+    with pytest.raises(ValueError, match="beam_size must be a positive int"):
+        beam_search_batch(model, src, BOS, EOS, beam_size=0)
 
 
 def test_cross_attention_rows_sum_to_one():

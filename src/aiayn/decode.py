@@ -7,6 +7,7 @@ Training sees the whole target at once (teacher forcing); generation cannot: tok
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -15,7 +16,7 @@ from .masks import padding_mask
 from .model import Transformer
 
 __all__ = [
-    "Decoded", "greedy_decode", "beam_search", "length_penalty", "cross_attention", "translate",
+    "Decoded", "greedy_decode", "beam_search", "beam_search_batch", "length_penalty", "cross_attention", "translate",
 ]
 
 
@@ -139,46 +140,82 @@ def beam_search(
     finished and scored ``log P(Y) / length_penalty(|Y|)`` (``|Y|`` counts ``<eos>``).
     Stops when ``beam_size`` hypotheses are finished and no live prefix can still beat
     the best. Returns ``(tokens, score)`` pairs, best first; tokens exclude ``<bos>`` and
-    ``<eos>``. ``beam_size = 1`` is greedy decoding."""
+    ``<eos>``. ``beam_size = 1`` is greedy decoding. :func:`beam_search_batch` does the
+    same for a batch of sources at once."""
     _check_model_src(model, src)
     if src.shape[0] != 1:
         raise ValueError(f"beam_search decodes one source at a time, got batch {src.shape[0]}")
+    return beam_search_batch(model, src, bos_id, eos_id, beam_size, max_len, alpha)[0]
+
+
+@torch.no_grad()
+def beam_search_batch(
+    model: Transformer,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    max_len: int = 50,
+    alpha: float = 0.6,
+) -> list[list[tuple[list[int], float]]]:
+    """:func:`beam_search` for every row of ``src`` ``(B, S)`` (padded) at once: one
+    decoder call per step for all ``B * beam_size`` live prefixes. Returns one list of
+    ``(tokens, score)`` pairs per source, the same lists as :func:`beam_search` gives
+    one source at a time."""
+    _check_model_src(model, src)
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
     model.eval()
-    memory_mask = padding_mask(src, model.config.pad_id)
-    memory = model.encode(src, memory_mask)  # (1, S, d_model)
-    alive = torch.full((1, 1), bos_id, dtype=torch.long, device=src.device)  # (n, t)
-    alive_scores = torch.zeros(1, device=src.device)  # log P of each live prefix
-    finished: list[tuple[list[int], float]] = []
+    B, k = src.shape[0], beam_size
+    memory_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
+    memory = model.encode(src, memory_mask)  # (B, S, d_model)
+    memory, memory_mask = memory.repeat_interleave(k, 0), memory_mask.repeat_interleave(k, 0)
+    alive = torch.full((B * k, 1), bos_id, dtype=torch.long, device=src.device)  # (B k, t)
+    # log P of each live prefix; at the start only beam 0 of each source is real
+    alive_scores = torch.full((B, k), -math.inf, dtype=torch.float64, device=src.device)
+    alive_scores[:, 0] = 0.0
+    finished: list[list[tuple[list[int], float]]] = [[] for _ in range(B)]
+    done = [False] * B
     for _ in range(max_len):
-        n = alive.shape[0]
-        logits = model.decode(alive, memory.expand(n, -1, -1), memory_mask.expand(n, -1, -1, -1))
-        log_p = torch.log_softmax(logits[:, -1].double(), dim=-1)  # (n, V)
-        scores = (alive_scores[:, None] + log_p).flatten()  # (n * V,)
-        top_scores, top_ids = scores.topk(min(2 * beam_size, scores.numel()))
-        next_alive, next_scores = [], []
-        for score, flat in zip(top_scores.tolist(), top_ids.tolist(), strict=True):
-            row, token = divmod(flat, log_p.shape[1])
-            if token == eos_id:
-                hyp = alive[row, 1:].tolist()
-                finished.append((hyp, score / length_penalty(len(hyp) + 1, alpha)))
-            elif len(next_alive) < beam_size:
-                next_alive.append(torch.cat([alive[row], alive.new_tensor([token])]))
-                next_scores.append(score)
-        finished.sort(key=lambda h: -h[1])
-        if not next_alive:
+        logits = model.decode(alive, memory, memory_mask)[:, -1]  # (B k, V)
+        log_p = torch.log_softmax(logits.double(), dim=-1).view(B, k, -1)
+        vocab = log_p.shape[-1]
+        scores = (alive_scores[..., None] + log_p).view(B, k * vocab)
+        top_scores, top_ids = scores.topk(min(2 * k, k * vocab), dim=-1)  # (B, 2k)
+        parents = torch.arange(B * k, device=src.device)  # dead beams: keep any row ...
+        tokens = torch.full((B * k,), bos_id, dtype=torch.long, device=src.device)
+        next_scores = torch.full((B, k), -math.inf, dtype=torch.float64, device=src.device)
+        for b in range(B):  # ... with score -inf, so it is never chosen
+            if done[b]:
+                continue
+            kept = 0
+            for score, flat in zip(top_scores[b].tolist(), top_ids[b].tolist(), strict=True):
+                beam, token = divmod(flat, vocab)
+                if score == -math.inf:
+                    break
+                if token == eos_id:
+                    hyp = alive[b * k + beam, 1:].tolist()
+                    finished[b].append((hyp, score / length_penalty(len(hyp) + 1, alpha)))
+                elif kept < k:
+                    parents[b * k + kept], tokens[b * k + kept] = b * k + beam, token
+                    next_scores[b, kept] = score
+                    kept += 1
+            finished[b].sort(key=lambda h: -h[1])
+            # Log-probabilities only fall and the penalty is at most length_penalty(max_len):
+            best_possible = next_scores[b].max().item() / length_penalty(max_len, alpha)
+            if kept == 0 or (len(finished[b]) >= k and finished[b][0][1] >= best_possible):
+                done[b] = True
+        if all(done):
             break
-        alive, alive_scores = torch.stack(next_alive), torch.tensor(next_scores, dtype=torch.float64, device=src.device)
-        # Log-probabilities only fall and the penalty is at most length_penalty(max_len):
-        best_possible = alive_scores.max().item() / length_penalty(max_len, alpha)
-        if len(finished) >= beam_size and finished[0][1] >= best_possible:
-            break
-    if not finished:  # nothing ended within max_len: return the live prefixes
-        finished = [(a[1:].tolist(), s / length_penalty(len(a) - 1, alpha))
-                    for a, s in zip(alive, alive_scores.tolist(), strict=True)]
-        finished.sort(key=lambda h: -h[1])
-    return finished[:beam_size]
+        alive = torch.cat([alive[parents], tokens[:, None]], dim=1)  # (B k, t + 1)
+        alive_scores = next_scores
+    for b in range(B):
+        if not finished[b]:  # nothing ended within max_len: return the live prefixes
+            rows = [(alive[b * k + j, 1:].tolist(), s) for j, s in
+                    enumerate(alive_scores[b].tolist()) if s > -math.inf]
+            finished[b] = sorted(((t, s / length_penalty(len(t), alpha)) for t, s in rows),
+                                 key=lambda h: -h[1])
+    return [hyps[:k] for hyps in finished]
 
 
 @torch.no_grad()
