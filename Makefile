@@ -79,11 +79,13 @@ lint:
 	$(BIN)/ruff check src tests book
 
 unit:
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests -m "not browser"
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests -m "not browser and not notebooks"
 
-# Strict: every output must match the committed one (after the sanitize regexes).
+# Strict nbval: every output must match the committed one (after the sanitize
+# regexes). Each notebook runs once, alone, in a Colab-like environment that installs
+# aiayn from this checkout's git URL (tests/test_colab_like.py).
 nbval:
-	$(BIN)/python -m pytest --nbval book/*.ipynb --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
+	$(BIN)/python -m pytest tests/test_colab_like.py -m notebooks -p no:cacheprovider
 
 # Needs the built book ($(HTML)); `make test` builds it first.
 html-check:
