@@ -38,8 +38,11 @@ NOTEBOOKS = sorted((REPO / "book").glob("*.ipynb"))
 # What Colab has before the chapter's first cell runs (torch pinned to the project's build).
 COLAB_PACKAGES = ["torch==2.13.0", "numpy", "matplotlib", "ipywidgets", "ipykernel",
                   "nbclient", "tqdm"]
-# ... plus the checker, which a Colab reader does not need.
-CHECKER_PACKAGES = ["pytest", "nbval"]
+# ... plus the checker, which a Colab reader does not need: nbval, and MyST-NB so that
+# aiayn.glue records the numbers the book's prose shows and nbval compares them too.
+# (Without MyST-NB, as in Colab, glue is a no-op: tests/test_utils.py checks that path,
+# and test_chapters_glue_only_through_aiayn below that no chapter needs MyST-NB.)
+CHECKER_PACKAGES = ["pytest", "nbval", "myst-nb>=1,<2"]
 SANITIZE = REPO / "tests" / "nbval_sanitize.cfg"
 SITECUSTOMIZE = (
     "import sys, types\n"
@@ -70,6 +73,13 @@ def test_colab_cell_installs_from_the_configured_repository(path):
     assert 'f"git+{url}"' in source
     # pip's own notices (mirrors, versions) vary by machine: not compared by nbval
     assert "nbval-ignore-output" in cell["metadata"]["tags"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapters_glue_only_through_aiayn(path):
+    cells = json.loads(path.read_text())["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    assert "myst_nb" not in code, f"{path.name}: use aiayn.glue (a no-op in Colab), not myst_nb"
 
 
 def _run(cmd, **kwargs):
