@@ -61,7 +61,8 @@ def fit(
     if progress:
         from tqdm.auto import tqdm
 
-        steps = tqdm(steps, desc="training", leave=False)
+        # mininterval: one redraw a second; a notebook receives each redraw as a message
+        steps = tqdm(steps, desc="training", leave=False, mininterval=1.0)
     model.train()
     losses = []
     for step in steps:
@@ -219,7 +220,7 @@ class Seq2SeqTrainer:
         if progress:
             from tqdm.auto import tqdm
 
-            steps = tqdm(steps, desc="training", leave=False)
+            steps = tqdm(steps, desc="training", leave=False, mininterval=1.0)
         pad_id = self.model.config.pad_id
         start = time.perf_counter()
         self.model.train()
