@@ -112,6 +112,17 @@ def test_attention_maps_shapes_rows_and_causality():
     assert all(m.masked_select(padded[:, None, None, :]).abs().max() == 0 for m in maps["cross"])
 
 
+def test_attention_maps_records_only_the_kinds_asked_for():
+    model = _model()
+    src, tgt = _batch(2)
+    maps = attention_maps(model, src, tgt[:, :-1], kinds=("cross",))
+    assert list(maps) == ["cross"] and len(maps["cross"]) == 2
+    full = attention_maps(model, src, tgt[:, :-1])["cross"]
+    assert all(torch.equal(a, b) for a, b in zip(maps["cross"], full, strict=True))
+    with pytest.raises(ValueError, match="kinds must be among"):
+        attention_maps(model, src, tgt[:, :-1], kinds=("self",))
+
+
 # ------------------------------------------------------------------ torch.nn.Transformer
 
 

@@ -97,13 +97,24 @@ def layer_gradient_norms(
 
 
 @torch.no_grad()
-def attention_maps(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> dict:
-    """Every attention weight of one teacher-forced pass of ``model(src, tgt)``.
+def attention_maps(
+    model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, kinds: tuple[str, ...] = ATTENTION_KINDS
+) -> dict:
+    """Attention weights of one teacher-forced pass of ``model(src, tgt)``, for each of
+    ``kinds`` (a subset of :data:`ATTENTION_KINDS`; the others cost nothing).
 
-    Returns a dict keyed by :data:`ATTENTION_KINDS`; each value is a list with one
-    tensor per layer: ``(B, H, S, S)`` for the encoder's self-attention, ``(B, H, T, T)``
-    for the decoder's (causal), ``(B, H, T, S)`` for cross-attention."""
-    maps: dict[str, list[torch.Tensor]] = {kind: [] for kind in ATTENTION_KINDS}
+    Returns a dict keyed by ``kinds``; each value is a list with one tensor per layer:
+    ``(B, H, S, S)`` for the encoder's self-attention, ``(B, H, T, T)`` for the
+    decoder's (causal), ``(B, H, T, S)`` for cross-attention."""
+    unknown = set(kinds) - set(ATTENTION_KINDS)
+    if unknown:
+        raise ValueError(f"kinds must be among {ATTENTION_KINDS}, got {sorted(unknown)}")
+    modules = {
+        "encoder self": [layer.self_attn for layer in model.encoder.layers],
+        "decoder self": [layer.self_attn for layer in model.decoder.layers],
+        "cross": [layer.cross_attn for layer in model.decoder.layers],
+    }
+    maps: dict[str, list[torch.Tensor]] = {kind: [] for kind in kinds}
 
     def recorder(kind):
         def record(module, args, output):
@@ -112,11 +123,8 @@ def attention_maps(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> di
 
         return record
 
-    handles = [layer.self_attn.register_forward_hook(recorder("encoder self"))
-               for layer in model.encoder.layers]
-    for layer in model.decoder.layers:
-        handles.append(layer.self_attn.register_forward_hook(recorder("decoder self")))
-        handles.append(layer.cross_attn.register_forward_hook(recorder("cross")))
+    handles = [attn.register_forward_hook(recorder(kind))
+               for kind in kinds for attn in modules[kind]]
     was_training = model.training
     try:
         model.eval()

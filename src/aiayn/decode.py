@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .architecture import attention_maps
 from .masks import padding_mask
 from .model import Transformer
 
@@ -100,20 +101,8 @@ def cross_attention(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) ->
     Row ``t`` is where the decoder looked while choosing output token ``t + 1``. (The
     causal mask makes these rows identical to those of step-by-step decoding.)"""
     _check_model_src(model, src)
-    maps: list[torch.Tensor] = []
-
-    def record(module, args, output):
-        _, weights = module.forward(*args, need_weights=True)  # .forward: no hooks, no recursion
-        maps.append(weights)
-
-    handles = [layer.cross_attn.register_forward_hook(record) for layer in model.decoder.layers]
-    try:
-        model.eval()
-        model(src, tgt)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return maps
+    model.eval()
+    return attention_maps(model, src, tgt, kinds=("cross",))["cross"]
 
 
 def length_penalty(length: int, alpha: float = 0.6) -> float:
