@@ -76,7 +76,7 @@ test: venv assets browser
 	@echo "All checks passed."
 
 lint:
-	$(BIN)/ruff check src tests book
+	$(BIN)/ruff check src tests book scripts _ext
 
 unit:
 	MPLBACKEND=Agg $(BIN)/python -m pytest tests -m "not browser and not notebooks"
@@ -93,9 +93,16 @@ html-check:
 
 # --- maintenance ---------------------------------------------------------------
 
+# The prose's numbers are literals bound to their glued values (scripts/prose_numbers.py):
+# note the values before the re-run, then rewrite each literal from the new ones.
+NB_SNAPSHOT := _build/glued-values-before.json
+
 notebooks: venv
+	@mkdir -p _build
+	$(BIN)/python scripts/prose_numbers.py snapshot $(NB_SNAPSHOT)
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=600 book/*.ipynb
+	$(BIN)/python scripts/prose_numbers.py rewrite --old $(NB_SNAPSHOT)
 
 clean:
 	rm -rf _build test-artifacts .pytest_cache .ruff_cache .jupyter_cache

@@ -212,6 +212,10 @@ def _content_problems(info: dict) -> list[str]:
     for raw in ("$$", "\\(", "\\["):
         if raw in info["text"]:
             problems.append(f"raw math delimiter {raw!r} left in the text")
+    # The notebooks' CommonMark forms, and MyST that was not converted, must not show.
+    for raw in ("{glue", "{ref}", "{cite}", "{doc}", "<!--", "glue:", ":::", "<a id="):
+        if raw in info["text"]:
+            problems.append(f"raw markup {raw!r} shown in the text")
     for image in info["images"]:
         if not image["ok"]:
             problems.append(f"image not shown: {image['src']}")

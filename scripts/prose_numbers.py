@@ -1,0 +1,271 @@
+"""Numbers in the chapters' prose, bound to the cells that compute them.
+
+Colab and Jupyter show a notebook's markdown as plain CommonMark, where a MyST role
+such as ``{glue:text}`soft_lookup:.2f``` would show as raw text. So the prose holds
+the number itself, followed at once by an invisible *binding*: an HTML comment that
+names the value a cell records with ``aiayn.glue(name, value)`` and its format::
+
+    the soft lookup returns 19.55<!-- glue: soft_lookup:.2f -->, close to the hard answer
+
+The key inside the comment is what MyST-NB's ``{glue:text}`` role takes: ``name``,
+``name:format`` (a Python format spec ending in its type letter) or, for a value
+recorded by another notebook (the errata page), ``01_rnn_limits.ipynb::name:format``.
+The value is read from the committed outputs of the notebook (nbval proves that a
+fresh run reproduces them) and formatted exactly as MyST-NB formats ``{glue:text}``.
+
+Commands (``make test`` runs ``check``; ``make notebooks`` runs the other two around
+the re-execution of the chapters)::
+
+    python scripts/prose_numbers.py check                    # every literal equals its value
+    python scripts/prose_numbers.py snapshot OLD.json        # the glued values, before a re-run
+    python scripts/prose_numbers.py rewrite [--old OLD.json] # literals from the new values
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from ast import literal_eval
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+GLUE_MIME = "application/papermill.record/text/plain"
+BINDING = re.compile(r"<!-- glue: (?P<key>[^\s>]+) -->")
+# What a bound literal may end with when the rewrite has no old value to look for:
+# a number as Python's format() writes it (sign, digits, separators, exponent, %).
+NUMBER_AT_END = re.compile(r"[-+]?(?:\d[\d,_]*)?\.?\d+(?:[eE][-+]?\d+)?%?\Z|[-+]?(?:inf|nan)%?\Z")
+NUMERIC_TYPES = set("bcdoxXeEfFgGn%")
+
+
+def format_plain_text(text: str, fmt_spec: str) -> str:
+    """Format a glued ``text/plain`` value as MyST-NB's ``{glue:text}`` role does."""
+    try:
+        value = literal_eval(text)
+    except (SyntaxError, ValueError):
+        value = text
+    if fmt_spec == "":
+        return str(value)
+    type_char = fmt_spec[-1]
+    if type_char == "s":
+        value = str(value)
+    elif type_char in "bcdoxX":
+        value = int(value)
+    elif type_char in "eEfFgGn%":
+        value = float(value)
+    return format(value, fmt_spec)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One ``LITERAL<!-- glue: key -->`` in a markdown cell."""
+
+    notebook: Path  # the notebook whose prose holds the literal
+    cell: int  # index of the markdown cell
+    start: int  # offset of the comment in the cell's source
+    end: int  # offset just after the comment
+    name: str  # the glued value's name
+    fmt: str  # its format spec ("s" when none is given, as MyST-NB)
+    source_notebook: Path  # the notebook whose outputs record the value
+
+    @property
+    def where(self) -> str:
+        return f"{self.notebook.name}, markdown cell {self.cell}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}:{self.fmt}"
+
+
+def parse_key(key: str, notebook: Path) -> tuple[str, str, Path]:
+    """``name[:fmt]`` or ``other.ipynb::name:fmt`` -> (name, fmt, notebook of the value)."""
+    # MyST-NB splits the format off first, at the last colon.
+    name, fmt = key.rsplit(":", 1) if ":" in key else (key, "s")
+    source = notebook
+    if "::" in name:
+        path, name = name.split("::", 1)
+        source = (notebook.parent / path).resolve()
+    return name, fmt, source
+
+
+def read(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write(path: Path, notebook: dict) -> None:
+    """Save as Jupyter does (nbformat's JSON layout), so a rewrite changes only the literals."""
+    text = json.dumps(notebook, sort_keys=True, indent=1, ensure_ascii=False)
+    path.write_text(text + "\n", encoding="utf-8")
+
+
+def markdown_cells(notebook: dict) -> list[tuple[int, str]]:
+    return [(i, "".join(c["source"])) for i, c in enumerate(notebook["cells"])
+            if c["cell_type"] == "markdown"]
+
+
+def glued_values(notebook: dict) -> dict[str, str]:
+    """name -> the ``text/plain`` that ``aiayn.glue`` recorded in the cell outputs."""
+    values = {}
+    for cell in notebook["cells"]:
+        for output in cell.get("outputs", []):
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name is not None and GLUE_MIME in output.get("data", {}):
+                text = output["data"][GLUE_MIME]
+                values[name] = "".join(text) if isinstance(text, list) else text
+    return values
+
+
+def bindings(path: Path) -> list[Binding]:
+    found = []
+    for index, source in markdown_cells(read(path)):
+        for match in BINDING.finditer(source):
+            name, fmt, origin = parse_key(match["key"], path)
+            found.append(Binding(path, index, match.start(), match.end(), name, fmt, origin))
+    return found
+
+
+class Values:
+    """The glued values of every notebook, read once each."""
+
+    def __init__(self, overrides: dict[str, dict[str, str]] | None = None):
+        self._cache: dict[Path, dict[str, str]] = {}
+        self._overrides = {Path(k).resolve(): v for k, v in (overrides or {}).items()}
+
+    def of(self, notebook: Path) -> dict[str, str]:
+        notebook = notebook.resolve()
+        if notebook not in self._cache:
+            if notebook in self._overrides:
+                self._cache[notebook] = self._overrides[notebook]
+            elif not notebook.exists():
+                raise LookupError(f"no notebook {notebook}")
+            else:
+                self._cache[notebook] = glued_values(read(notebook))
+        return self._cache[notebook]
+
+    def text(self, binding: Binding) -> str:
+        """The literal that ``binding`` must show."""
+        values = self.of(binding.source_notebook)
+        if binding.name not in values:
+            raise LookupError(f"{binding.where}: no glued value {binding.name!r} in "
+                              f"{binding.source_notebook.name}")
+        return format_plain_text(values[binding.name], binding.fmt)
+
+
+# A literal must be the whole number: "90.81" does not show the value 0.81, nor "0.815".
+GLUED_BEFORE = re.compile(r"[\w.,+\-]\Z")
+GLUED_AFTER = re.compile(r"^[0-9]")
+
+
+def shows(before: str, after: str, expected: str) -> bool:
+    """Whether the text around a binding shows exactly ``expected`` as its literal."""
+    if not before.endswith(expected):
+        return False
+    return not GLUED_BEFORE.search(before[:len(before) - len(expected)]) and not GLUED_AFTER.match(after)
+
+
+def check(paths: list[Path], values: Values | None = None) -> list[str]:
+    """One message per binding whose literal is not its value (empty when all agree)."""
+    values = values or Values()
+    problems = []
+    for path in paths:
+        source = {i: s for i, s in markdown_cells(read(path))}
+        for b in bindings(path):
+            try:
+                expected = values.text(b)
+            except (LookupError, ValueError) as exc:
+                problems.append(str(exc))
+                continue
+            before, after = source[b.cell][:b.start], source[b.cell][b.end:]
+            if not shows(before, after, expected):
+                shown = before[-max(len(expected), 12):].split("\n")[-1]
+                problems.append(f"{b.where}: the prose shows {shown!r} before "
+                                f"<!-- glue: {b.key} -->, the value is {expected!r}")
+    return problems
+
+
+def _rewrite_cell(source: str, cell_bindings: list[Binding], new: Values,
+                  old: Values | None) -> tuple[str, list[str]]:
+    problems = []
+    # From the last binding to the first, so earlier offsets stay valid.
+    for b in sorted(cell_bindings, key=lambda b: b.start, reverse=True):
+        expected = new.text(b)
+        before = source[:b.start]
+        if shows(before, source[b.end:], expected):
+            continue
+        candidates = []
+        if old is not None:
+            try:
+                candidates.append(old.text(b))
+            except LookupError:
+                pass
+        number = NUMBER_AT_END.search(before) if b.fmt[-1:] in NUMERIC_TYPES else None
+        if number:
+            candidates.append(number.group(0))
+        stale = next((c for c in candidates if c and before.endswith(c)), None)
+        if stale is None:
+            problems.append(f"{b.where}: cannot tell which text before <!-- glue: {b.key} --> "
+                            f"is its literal; write the value {expected!r} there by hand")
+            continue
+        source = before[:len(before) - len(stale)] + expected + source[b.start:]
+    return source, problems
+
+
+def rewrite(paths: list[Path], old: Values | None = None) -> tuple[int, list[str]]:
+    """Write each bound literal from the notebooks' current outputs; returns (changed, problems)."""
+    new, changed, problems = Values(), 0, []
+    for path in paths:
+        notebook, before = read(path), changed
+        by_cell: dict[int, list[Binding]] = {}
+        for b in bindings(path):
+            by_cell.setdefault(b.cell, []).append(b)
+        for index, cell_bindings in by_cell.items():
+            cell = notebook["cells"][index]
+            source = "".join(cell["source"])
+            updated, cell_problems = _rewrite_cell(source, cell_bindings, new, old)
+            problems += cell_problems
+            if updated != source:
+                changed += 1
+                cell["source"] = updated.splitlines(keepends=True)
+        if changed > before:
+            write(path, notebook)
+    return changed, problems
+
+
+def notebooks(args: list[str]) -> list[Path]:
+    return [Path(a).resolve() for a in args] or sorted(BOOK.glob("*.ipynb"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("check").add_argument("notebooks", nargs="*")
+    snap = sub.add_parser("snapshot")
+    snap.add_argument("out")
+    rew = sub.add_parser("rewrite")
+    rew.add_argument("--old", help="the snapshot taken before the notebooks were re-executed")
+    rew.add_argument("notebooks", nargs="*")
+    args = parser.parse_args(argv)
+
+    if args.command == "snapshot":
+        snapshot = {str(p): glued_values(read(p)) for p in notebooks([])}
+        Path(args.out).write_text(json.dumps(snapshot, indent=1))
+        return 0
+    paths = notebooks(args.notebooks)
+    if args.command == "check":
+        problems = check(paths)
+        count = sum(len(bindings(p)) for p in paths)
+        print(f"{count} bound numbers in {len(paths)} notebooks, {len(problems)} disagree")
+    else:
+        old = Values(json.loads(Path(args.old).read_text())) if args.old else None
+        changed, problems = rewrite(paths, old)
+        print(f"rewrote literals in {changed} markdown cells")
+    for problem in problems:
+        print("  " + problem, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
