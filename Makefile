@@ -28,7 +28,7 @@ JB_BUILD := $(BIN)/jupyter-book build . --all -W -n --keep-going
 
 help:
 	@echo "make book       build the book into $(HTML) (sets everything up first)"
-	@echo "make test       lint, unit tests, nbval, book build (-W -n), headless-browser check"
+	@echo "make test       lint, unit tests, nbval, book build (-W -n), headless-browser checks"
 	@echo "make notebooks  re-execute book/*.ipynb in place to refresh their committed outputs"
 	@echo "make clean      remove build outputs (keeps .venv and the vendored JavaScript)"
 
@@ -87,9 +87,10 @@ unit:
 nbval:
 	$(BIN)/python -m pytest tests/test_colab_like.py -m notebooks -p no:cacheprovider
 
-# Needs the built book ($(HTML)); `make test` builds it first.
+# Needs the built book ($(HTML)); `make test` builds it first. Then chapter 2 is run
+# in JupyterLab (offline) and its prose's bound numbers are read as rendered there.
 html-check:
-	$(BIN)/python -m pytest tests/test_html.py -m browser -p no:cacheprovider
+	$(BIN)/python -m pytest tests/test_html.py tests/test_jupyterlab.py -m browser -p no:cacheprovider
 
 # --- maintenance ---------------------------------------------------------------
 
