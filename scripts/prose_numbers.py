@@ -29,6 +29,7 @@ import re
 import sys
 from ast import literal_eval
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -234,8 +235,110 @@ def rewrite(paths: list[Path], old: Values | None = None) -> tuple[int, list[str
     return changed, problems
 
 
+# ------------------------------------------------------------------ unbound numbers
+#
+# Every number in the prose is bound to the value a cell computes. The few forms in which a
+# number may stand alone are these, and each is visible in the source:
+#   - in code (`...`, fenced blocks), in math ($...$, $$...$$), in a link's target;
+#   - in a quotation "..." (or “...”) of a source or of the paper;
+#   - as part of a name or reference: Section 3.2, §2.2, Table 3, Figure 1, Eq. 1, chapter 6,
+#     source 000, step 3 ... (REFERENCE below), a heading's own number ("## 2. ...");
+#   - in a citation's link text ([[Vaswani et al., 2017]](#cite:...));
+#   - followed by ``<!-- typed: why -->``: a number set by hand on purpose (an input of an
+#     example chosen in the prose, say), with the reason written next to it.
+
+NUMBER = re.compile(r"(?<![\w.\-/])[-+−]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
+TYPED = re.compile(r"(?<![\w.\-/])[-+−]?\d[^\s<]*<!-- typed: [^>]+ -->")
+REFERENCE = re.compile(
+    r"(?:\b(?:[Ss]ections?|[Tt]ables?|[Ff]igures?|[Ff]ig\.|[Ee]qs?\.|[Ee]quations?|[Cc]hapters?"
+    r"|[Ss]ources?|[Ss]teps?|[Aa]ppendix|[Ll]ines?|[Rr]ows?|[Cc]ells?|[Ii]ssues?|[Ll]ayers?|"
+    r"[Hh]eads?|[Pp]art|[Vv]ersion|Python|PyTorch|ipywidgets|JupyterLab|Jupyter Book|[Kk]ey|"
+    r"[Qq]uery|[Tt]oken|[Pp]osition|WMT|newstest)|§)\s*"
+    r"(?:\(?[\d.]+[a-z]?\)?(?:\s*(?:,|and|or|to|–|-)\s*)?)*\s*\(?$")
+SKIP = [
+    re.compile(r"^```(?!\{(?:list-table|note|admonition))[^\n]*\n.*?^```", re.S | re.M),  # code
+    re.compile(r"\{[\w:-]+\}`[^`]*`"),  # a MyST role in a page (.md), {glue:text} included
+    re.compile(r"\$\$.*?\$\$", re.S),  # display math
+    re.compile(r"(?<!\\)\$[^$\n]+?\$"),  # inline math
+    re.compile(r"`[^`\n]*`"),  # inline code
+    re.compile(r"\[\[[^\]]*\]\]\(#cite:[^)]*\)"),  # a citation's text
+    re.compile(r"\]\([^)\s]*\)"),  # a link's target
+    re.compile(r"<[^>\n]*>"),  # HTML tags and comments (bindings are removed before)
+    re.compile(r"\"[^\"\n]*\"|“[^”]*”"),  # quotations
+    re.compile(r"^>(?! \*\*Note\.\*\*).*(?:\n>.*)*", re.M),  # a quoted passage (not a note)
+    re.compile(r"(?<![\w.])00\d(?![\w])"),  # the sources' numbers: 000, 002, 003, 004
+    re.compile(r"^#+ \d+(?:\.\d+)*\.? ", re.M),  # a heading's own number
+    re.compile(r"^:[\w-]+:.*$", re.M),  # a directive's options (in a page)
+    re.compile(r"^\s*\d+[.)] ", re.M),  # a numbered list's item numbers
+]
+
+
+def unbound_numbers(markdown: str, literal: Callable[[str], str] | None = None) -> list[str]:
+    """The numbers in ``markdown`` that are neither bound nor in an allowed form.
+
+    ``literal(key)`` gives the text a binding's literal must be (``check`` verifies it);
+    that many characters before each binding are the bound number, not prose.
+    """
+    text = _blank_bound_literals(markdown, literal)
+    text = TYPED.sub(lambda m: " " * len(m.group(0)), text)
+    for pattern in SKIP:
+        text = pattern.sub(lambda m: " " * len(m.group(0)), text)
+    found = []
+    for match in NUMBER.finditer(text):
+        if REFERENCE.search(text[max(0, match.start() - 40):match.start()]):
+            continue
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        context = " ".join(markdown[line_start:match.end() + 30].split())
+        found.append(f"{match.group(0)!r} in: ...{context[-90:]}")
+    return found
+
+
+def _blank_bound_literals(markdown: str, literal: Callable[[str], str] | None) -> str:
+    def blank(match: re.Match) -> str:
+        return " " * len(match.group(0))
+
+    out, last = [], 0
+    for match in BINDING.finditer(markdown):
+        before = markdown[last:match.start()]
+        try:
+            size = len(literal(match["key"])) if literal else 0
+        except (LookupError, ValueError):
+            size = 0
+        if not size:  # an unknown value: ``check`` reports it; blank the last word here
+            word = re.search(r"\S+\Z", before)
+            size = len(word.group(0)) if word else 0
+        size = min(size, len(before))
+        out.append(before[:len(before) - size] + " " * (size + match.end() - match.start()))
+        last = match.end()
+    out.append(markdown[last:])
+    return "".join(out)
+
+
+def unbound(paths: list[Path], values: Values | None = None) -> list[str]:
+    """One message per unbound number in the markdown of ``paths`` (notebooks or .md pages)."""
+    values = values or Values()
+    problems = []
+    for path in paths:
+        if path.suffix == ".md":  # an HTML-only page: numbers come through {glue:text} roles
+            problems += [f"{path.name}: {u}" for u in unbound_numbers(path.read_text())]
+            continue
+        for index, source in markdown_cells(read(path)):
+            def literal(key: str, path: Path = path) -> str:
+                name, fmt, origin = parse_key(key, path)
+                return values.text(Binding(path, index, 0, 0, name, fmt, origin))
+
+            problems += [f"{path.name}, markdown cell {index}: {u}"
+                         for u in unbound_numbers(source, literal)]
+    return problems
+
+
 def notebooks(args: list[str]) -> list[Path]:
     return [Path(a).resolve() for a in args] or sorted(BOOK.glob("*.ipynb"))
+
+
+def pages() -> list[Path]:
+    """Every page of the book: the notebooks and the .md pages."""
+    return notebooks([]) + sorted(BOOK.glob("*.md"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,12 +350,21 @@ def main(argv: list[str] | None = None) -> int:
     rew = sub.add_parser("rewrite")
     rew.add_argument("--old", help="the snapshot taken before the notebooks were re-executed")
     rew.add_argument("notebooks", nargs="*")
+    sub.add_parser("unbound", help="list the numbers in the prose that are not bound").add_argument(
+        "paths", nargs="*", help="notebooks or .md pages (default: every page of book/)")
     args = parser.parse_args(argv)
 
     if args.command == "snapshot":
         snapshot = {str(p): glued_values(read(p)) for p in notebooks([])}
         Path(args.out).write_text(json.dumps(snapshot, indent=1))
         return 0
+    if args.command == "unbound":
+        paths = [Path(a).resolve() for a in args.paths] or pages()
+        problems = unbound(paths)
+        print(f"{len(problems)} unbound numbers in {len(paths)} pages")
+        for problem in problems:
+            print("  " + problem)
+        return 1 if problems else 0
     paths = notebooks(args.notebooks)
     if args.command == "check":
         problems = check(paths)
