@@ -28,6 +28,7 @@ shut down through its API and every process it started must be gone afterwards.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -67,27 +68,24 @@ LAB_SETTINGS = {
 
 # ------------------------------------------------------------------ the comparison
 
-BINDING = re.compile(r"<!-- glue: (?P<key>[^ ]+) -->")
-# Python's format-specification mini-language (what follows the last colon of a key).
-FORMAT_SPEC = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?\d*[,_]?(?:\.\d+)?[bcdeEfFgGnosxX%]?")
+# The bindings are read, and values formatted, as ``make test`` checks the committed prose.
+_spec = importlib.util.spec_from_file_location("prose_numbers", ROOT / "scripts" / "prose_numbers.py")
+prose_numbers = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("prose_numbers", prose_numbers)
+_spec.loader.exec_module(prose_numbers)
+BINDING = prose_numbers.BINDING
 RAW = ("{glue", "<!--", "glue:")
 
 
 def split_key(key: str) -> tuple[str, str] | None:
     """``NAME`` or ``NAME:FORMAT`` -> (name, format); None for another notebook's key."""
-    if "::" in key:
-        return None
-    name, colon, spec = key.rpartition(":")
-    if colon and FORMAT_SPEC.fullmatch(spec):
-        return name, spec
-    return key, "s"  # the role's default
+    name, spec, origin = prose_numbers.parse_key(key, CHAPTER)
+    return None if origin != CHAPTER else (name, spec)
 
 
 def glue_text(plain: str, spec: str) -> str:
     """The text MyST-NB's ``{glue:text}`` role shows for a glued text/plain."""
-    from myst_nb.core.variables import format_plain_text
-
-    return format_plain_text(plain, spec)
+    return prose_numbers.format_plain_text(plain, spec)
 
 
 def binding_problems(source: str, glued: dict[str, str], rendered: str) -> list[str]:
@@ -109,8 +107,7 @@ def binding_problems(source: str, glued: dict[str, str], rendered: str) -> list[
             continue
         before = source[:match.start()]
         written = re.search(r"\S*$", before).group()
-        clean_start = before[:len(before) - len(text)][-1:] not in "0123456789.+-"
-        if not (before.endswith(text) and clean_start):
+        if not prose_numbers.shows(before, source[match.end():], text):
             problems.append(f"{name}: the prose says {written!r} before its binding, "
                             f"but the kernel's value shows as {text!r}")
         if text not in rendered:
@@ -131,14 +128,7 @@ def first_bound_cell(notebook: dict) -> tuple[int, str]:
 
 def committed_glue(notebook: dict) -> dict[str, str]:
     """The glued text/plain values of a notebook's saved outputs, by name."""
-    glued = {}
-    for cell in notebook["cells"]:
-        for output in cell.get("outputs", []):
-            scrap = output.get("metadata", {}).get("scrapbook")
-            if scrap:
-                plain = output["data"][scrap["mime_prefix"] + "text/plain"]
-                glued[scrap["name"]] = "".join(plain)
-    return glued
+    return prose_numbers.glued_values(notebook)
 
 
 def plant_wrong_number(source: str, text: str) -> tuple[str, str]:
@@ -184,7 +174,7 @@ def test_comparison_accepts_the_chapter_and_reports_a_planted_wrong_number():
 @pytest.mark.parametrize(("key", "parsed"), [
     ("soft_lookup_w1:.2f", ("soft_lookup_w1", ".2f")),
     ("n_params:,", ("n_params", ",")),
-    ("it_worst_token", ("it_worst_token", "s")),
+    ("plain_name", ("plain_name", "s")),
     ("01_rnn_limits.ipynb::rnn_steps:d", None),
 ])
 def test_split_key(key, parsed):
