@@ -254,7 +254,7 @@ REFERENCE = re.compile(
     r"|[Ss]ources?|[Ss]teps?|[Aa]ppendix|[Ll]ines?|[Rr]ows?|[Cc]ells?|[Ii]ssues?|[Ll]ayers?|"
     r"[Hh]eads?|[Pp]art|[Vv]ersion|Python|PyTorch|ipywidgets|JupyterLab|Jupyter Book|[Kk]ey|"
     r"[Qq]uery|[Tt]oken|[Pp]osition|WMT|newstest)|§)\s*"
-    r"(?:\(?[\d.]+[a-z]?\)?(?:\s*(?:,|and|or|to|–|-)\s*)?)*\s*\(?$")
+    r"(?:[\d.]+[a-z]?\)?(?:\s*(?:,|and|or|to|–|-)?\s*\(?))*$")
 SKIP = [
     re.compile(r"^```(?!\{(?:list-table|note|admonition))[^\n]*\n.*?^```", re.S | re.M),  # code
     re.compile(r"\{[\w:-]+\}`[^`]*`"),  # a MyST role in a page (.md), {glue:text} included
