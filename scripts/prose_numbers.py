@@ -28,8 +28,8 @@ import json
 import re
 import sys
 from ast import literal_eval
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -323,7 +323,7 @@ def unbound(paths: list[Path], values: Values | None = None) -> list[str]:
             problems += [f"{path.name}: {u}" for u in unbound_numbers(path.read_text())]
             continue
         for index, source in markdown_cells(read(path)):
-            def literal(key: str, path: Path = path) -> str:
+            def literal(key: str, path: Path = path, index: int = index) -> str:
                 name, fmt, origin = parse_key(key, path)
                 return values.text(Binding(path, index, 0, 0, name, fmt, origin))
 
