@@ -86,3 +86,18 @@ def test_concatenated_chunks_equal_one_store():
     assert np.array_equal(joined.tgt_lengths, whole.tgt_lengths)
     with pytest.raises(ValueError, match="at least one"):
         EncodedPairs.concatenate([])
+
+
+def test_fingerprint_tells_apart_pairs_that_differ_in_one_id_or_one_boundary():
+    whole = _pairs(60)
+    parts = [EncodedPairs(*map(list, zip(*[whole[i] for i in range(a, b)], strict=True)))
+             for a, b in ((0, 30), (30, 60))]
+    assert EncodedPairs.concatenate(parts).fingerprint() == whole.fingerprint()  # same pairs
+    assert len(whole.fingerprint()) == 64  # SHA-256, hex
+    rows = [whole[i] for i in range(60)]
+    one_id = [(s, t) for s, t in rows]
+    one_id[7] = (one_id[7][0], [*one_id[7][1][:-1], 3])  # one target id changed
+    moved = [([*rows[0][0], rows[1][0][0]], rows[0][1]), (rows[1][0][1:], rows[1][1]), *rows[2:]]
+    for other in (one_id, moved):  # moved: the same ids, one sentence boundary shifted
+        pairs = EncodedPairs([s for s, _ in other], [t for _, t in other])
+        assert len(pairs) == 60 and pairs.fingerprint() != whole.fingerprint()

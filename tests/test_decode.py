@@ -146,6 +146,22 @@ def test_batched_beam_search_equals_one_source_at_a_time(beam_size):
         beam_search_batch(model, src, BOS, EOS, beam_size=0)
 
 
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_cached_beam_search_equals_uncached(beam_size):
+    model, src = _model(seed=7, dtype=torch.float64), _src(4, seed=8)  # row 0 is padded
+    plain = beam_search_batch(model, src, BOS, EOS, beam_size=beam_size, max_len=12)
+    cached = beam_search_batch(model, src, BOS, EOS, beam_size=beam_size, max_len=12,
+                               use_cache=True)
+    assert [[h for h, _ in hyps] for hyps in cached] == [[h for h, _ in hyps] for hyps in plain]
+    for a, b in zip(cached, plain, strict=True):
+        assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-9)
+    # The check bites: the beams of a source diverge, so their caches must be reordered.
+    assert beam_size == 1 or any(len({tuple(h[:2]) for h, _ in hyps}) > 1 for hyps in plain)
+    one = beam_search(model, src[1:2], BOS, EOS, beam_size=beam_size, max_len=12, use_cache=True)
+    assert [h for h, _ in one] == [h for h, _ in plain[1]]
+
+
 def test_cross_attention_rows_sum_to_one():
     model, src = _model(), _src()
     maps = cross_attention(model, src, torch.full((3, 4), BOS))

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -150,8 +152,152 @@ def test_help_lists_the_options():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
     for flag in ("--max-tokens", "--accum-steps", "--resume", "--keep-last", "--save-every",
-                 "--precision", "--train-src", "--valid-tgt", "torchrun"):
+                 "--precision", "--train-src", "--valid-tgt", "torchrun", "--tokens-per-step",
+                 "--deterministic", "--vocab-timeout", "python -m aiayn.translate"):
         assert flag in result.stdout
+    # What --max-tokens counts cannot be misread: per process, per side, padded, either side.
+    text = " ".join(result.stdout.split())
+    for words in ("PER PROCESS AND PER SIDE", "padded tokens", "source or its target side",
+                  "processes x --accum-steps x --max-tokens", "8 GPUs x 3125"):
+        assert words in text, words
+
+
+def test_start_up_line_says_the_tokens_of_one_optimizer_step(tmp_path, one_thread, capsys):
+    args = [*COMMON, "--steps", "1", "--n-train", "200", "--accum-steps", "2"]
+    main([*args, "--out-dir", str(tmp_path / "a")])
+    assert ("1 process(es) x --accum-steps 2 x --max-tokens 500 = up to 1,000 padded tokens "
+            "per side in each optimizer step") in capsys.readouterr().err
+    # --tokens-per-step: the total, divided by processes x accum-steps for the user.
+    summary = main([*[a for a in args if a not in ("--max-tokens", "500")],
+                    "--tokens-per-step", "1000", "--out-dir", str(tmp_path / "b")])
+    assert "--max-tokens 500 = up to 1,000 padded" in capsys.readouterr().err
+    assert _weights(Path(summary["checkpoint"]))["data"]["max_tokens"] == 500
+    start = _log(tmp_path / "b")[0]
+    assert (start["max_tokens"], start["tokens_per_step"]) == (500, 1000)
+    with pytest.raises(ValueError, match="--max-tokens .* or --tokens-per-step .*, not both"):
+        main([*args, "--tokens-per-step", "1000", "--out-dir", str(tmp_path / "c")])
+
+
+def test_deterministic_flag_is_accepted_reproducible_and_restored(tmp_path, one_thread):
+    assert not torch.are_deterministic_algorithms_enabled()
+    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    args = [*COMMON, "--steps", "3", "--n-train", "200", "--deterministic"]
+    runs = [main([*args, "--out-dir", str(tmp_path / name)]) for name in ("a", "b")]
+    a, b = (_weights(Path(r["checkpoint"]))["model"] for r in runs)
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    assert _log(tmp_path / "a")[0]["deterministic"] is True  # it was on during the run
+    assert not torch.are_deterministic_algorithms_enabled()  # and is off again
+    assert os.environ.get("CUBLAS_WORKSPACE_CONFIG") == cublas
+
+
+def _parallel_text(folder: Path, seed: int, n: int = 120) -> tuple[Path, Path]:
+    """Two aligned files of n generated 'sentences' (different text for each seed)."""
+    from aiayn.data import date_pairs
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pairs = date_pairs(n, seed=seed)
+    for name, side in (("train.en", 0), ("train.de", 1)):
+        (folder / name).write_text("".join(f"{p[side]} ok\n" for p in pairs), encoding="utf-8")
+    return folder / "train.en", folder / "train.de"
+
+
+TEXT = ["--vocab-size", "300", "--max-tokens", "800", "--warmup", "10", "--no-progress",
+        "--d-model", "32", "--d-ff", "64", "--n-layers", "1", "--max-len", "40"]
+
+
+def test_resume_refuses_other_data_of_the_same_size(tmp_path, one_thread):
+    pytest.importorskip("tokenizers")
+    src, tgt = _parallel_text(tmp_path / "a", seed=1)
+    other_src, _ = _parallel_text(tmp_path / "b", seed=2)  # as many lines, other sentences
+    out = ["--out-dir", str(tmp_path / "run"), "--steps", "1"]
+    main([*TEXT, *out, "--train-src", str(src), "--train-tgt", str(tgt)])
+    with pytest.raises(ValueError, match=r"other data.*train_src_sha256=\w{12}\.\.\., this run has "
+                       r"\w{12}\.\.\. \(--train-src, the file's bytes\).*pairs_sha256"):
+        main([*TEXT, *out, "--resume", "--train-src", str(other_src), "--train-tgt", str(tgt)])
+    # The same files resume (to step 2); the date task's fingerprint is that of its pairs.
+    main([*TEXT, "--out-dir", str(tmp_path / "run"), "--steps", "2", "--resume",
+          "--train-src", str(src), "--train-tgt", str(tgt)])
+    state = _weights(distributed.latest_checkpoint(tmp_path / "run"))
+    assert state["step"] == 2 and state["data"]["train_src_sha256"] == distributed.file_sha256(src)
+
+
+def test_vocabulary_is_ready_before_the_process_group_is_created(tmp_path, one_thread, monkeypatch):
+    pytest.importorskip("tokenizers")
+    src, tgt = _parallel_text(tmp_path / "data", seed=1)
+    seen = []
+    real_init = distributed.init_distributed
+
+    def recording_init(device="auto"):
+        seen.append((tmp_path / "run" / "tokenizer.json").is_file())
+        return real_init(device)
+
+    monkeypatch.setattr(distributed, "init_distributed", recording_init)
+    main([*TEXT, "--out-dir", str(tmp_path / "run"), "--steps", "1",
+          "--train-src", str(src), "--train-tgt", str(tgt)])
+    assert seen == [True]
+
+
+def test_waiting_rank_names_the_file_and_the_fix(tmp_path, monkeypatch):
+    from aiayn.subword import shared_vocabulary
+
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(TimeoutError, match=r"rank 1 waited 0.2 s for rank 0 to write the BPE "
+                       r"vocabulary .*tokenizer.json: .*--vocab-timeout SECONDS.*shared file system"):
+        shared_vocabulary(tmp_path / "tokenizer.json", [], 300, rank=1, timeout=0.2)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# Each process: rank 0 is busy for longer than the process group's timeout before it has
+# the vocabulary (as learning BPE on WMT takes longer than NCCL's 10 minutes); rank 1 waits
+# for the file, not in a collective, so the group's short timeout is never hit.
+VOCAB_WORKER = textwrap.dedent("""
+    import datetime, os, sys, time
+    import torch, torch.distributed as dist
+    from aiayn.subword import shared_vocabulary
+    rank, vocab, src, tgt = int(os.environ["RANK"]), *sys.argv[1:]
+    if rank == 0:
+        time.sleep(4)  # longer than the group's timeout below
+    tokenizer = shared_vocabulary(vocab, [src, tgt], 300, rank, timeout=120)
+    dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=2))
+    total = torch.tensor([len(tokenizer)])
+    dist.all_reduce(total)
+    print(int(total), len(tokenizer))
+    dist.destroy_process_group()
+""")
+
+
+def test_two_gloo_processes_share_a_vocabulary_learned_longer_than_the_group_timeout(tmp_path):
+    pytest.importorskip("tokenizers")
+    src, tgt = _parallel_text(tmp_path / "data", seed=1)
+    env = {**ENV, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    command = [sys.executable, "-c", VOCAB_WORKER, str(tmp_path / "tokenizer.json"), str(src), str(tgt)]
+    procs = [subprocess.Popen(command, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (1, 0)]  # rank 1 first: it must wait
+    outputs = [p.communicate(timeout=300) for p in procs]
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    (n_sum, n), = {tuple(int(v) for v in out.split()) for out, _ in outputs}
+    assert n_sum == 2 * n  # both ranks loaded the same vocabulary, then met in the group
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "tokenizer.json"]  # no temp file
+
+
+def test_torchrun_learns_the_vocabulary_once_and_trains_on_text(tmp_path):
+    pytest.importorskip("tokenizers")
+    src, tgt = _parallel_text(tmp_path / "data", seed=1)
+    out = tmp_path / "run"
+    result = _train(out, *TEXT, "--steps", "2", "--train-src", str(src), "--train-tgt", str(tgt),
+                    nproc=2)
+    assert "2 process(es) x --accum-steps 1 x --max-tokens 800 = up to 1,600" in result.stderr
+    start = next(r for r in _log(out) if r["event"] == "start")
+    assert start["world_size"] == 2 and start["task"] == "text"
+    assert sorted(p.name for p in out.iterdir() if p.suffix != ".pt") == ["log.jsonl",
+                                                                         "tokenizer.json"]
 
 
 # ------------------------------------------------------------------------- checkpoints

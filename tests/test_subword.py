@@ -48,6 +48,25 @@ def test_round_trip_of_every_line(corpus, tmp_path):
     assert loaded.encode_batch([s for s, _ in pairs[:20]]) == [tokenizer.encode(s) for s, _ in pairs[:20]]
 
 
+def test_save_is_atomic_and_shared_vocabulary_learns_once(corpus, tmp_path, monkeypatch):
+    import os
+
+    from aiayn.subword import shared_vocabulary
+
+    path = tmp_path / "tokenizer.json"
+    replaced = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: replaced.append((a, b)) or real_replace(a, b))
+    first = shared_vocabulary(path, list(corpus), 400, rank=0)
+    (tmp, dst), = replaced  # written beside the target, then renamed over it
+    assert Path(tmp).parent == tmp_path and Path(dst) == path
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.json", "train.de", "train.en"]
+    # Present already: rank 0 loads it rather than learning again, rank 1 does not wait.
+    again = shared_vocabulary(path, list(corpus), 300, rank=0)
+    other = shared_vocabulary(path, list(corpus), 300, rank=1, timeout=0.0)
+    assert len(replaced) == 1 and len(first) == len(again) == len(other) > 300
+
+
 def test_training_is_deterministic(corpus):
     a = train_subword_tokenizer(list(corpus), vocab_size=400)
     b = train_subword_tokenizer(list(corpus), vocab_size=400)

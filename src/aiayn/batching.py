@@ -12,10 +12,12 @@ nothing but a counter of the batches already consumed.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import torch
 
-__all__ = ["EncodedPairs", "token_batches", "BatchStream"]
+__all__ = ["EncodedPairs", "encode_pairs", "token_batches", "BatchStream"]
 
 
 def _flatten(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -59,6 +61,15 @@ class EncodedPairs:
     def __len__(self) -> int:
         return len(self.src_lengths)
 
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of every token id and length, source side then target side: equal
+        for the same pairs encoded the same way, different if one id or sentence differs.
+        A checkpoint stores it so that ``--resume`` can refuse other data."""
+        digest = hashlib.sha256()
+        for array in (self.src_lengths, self._src, self.tgt_lengths, self._tgt):
+            digest.update(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).data)
+        return digest.hexdigest()
+
     def __getitem__(self, i: int) -> tuple[list[int], list[int]]:
         s0, s1 = self._src_start[i], self._src_start[i + 1]
         t0, t1 = self._tgt_start[i], self._tgt_start[i + 1]
@@ -70,6 +81,30 @@ class EncodedPairs:
 
         rows = [self[int(i)] for i in indices]
         return pad_batch([s for s, _ in rows], pad_id), pad_batch([t for _, t in rows], pad_id)
+
+
+def encode_pairs(
+    tokenizer, pairs: list[tuple[str, str]], max_len: int, chunk: int = 100_000
+) -> tuple[EncodedPairs, int]:
+    """Encode text pairs (source + ``<eos>``; ``<bos>`` + target + ``<eos>``) with
+    ``tokenizer.encode_batch``, keep those whose both sides have at most ``max_len`` ids,
+    and return ``(EncodedPairs, number of pairs dropped)``.
+
+    Works ``chunk`` pairs at a time, each stored as int32 arrays at once: Python lists of
+    the ids of millions of sentences would take several GB. Raises ``ValueError`` when no
+    pair is short enough."""
+    parts, dropped = [], 0
+    for start in range(0, len(pairs), chunk):
+        block = pairs[start : start + chunk]
+        src = tokenizer.encode_batch([s for s, _ in block])
+        tgt = tokenizer.encode_batch([t for _, t in block], bos=True)
+        kept = [i for i in range(len(src)) if len(src[i]) <= max_len and len(tgt[i]) <= max_len]
+        dropped += len(src) - len(kept)
+        if kept:
+            parts.append(EncodedPairs([src[i] for i in kept], [tgt[i] for i in kept]))
+    if not parts:
+        raise ValueError(f"--max-len {max_len}: every training pair is longer than that")
+    return EncodedPairs.concatenate(parts), dropped
 
 
 def token_batches(

@@ -8,15 +8,28 @@ Checkpoints are written atomically (:func:`atomic_save`: a temporary file in the
 same folder, flushed and ``fsync``-ed, then renamed over the target with
 ``os.replace``), so a crash mid-write leaves the previous checkpoint intact;
 :func:`save_rotating` keeps the last ``K``. :func:`rng_states` and
-:func:`set_rng_states` carry every random generator a run uses across a restart.
+:func:`set_rng_states` carry every random generator a run uses across a restart, and
+:func:`deterministic_algorithms` selects kernels that repeat themselves exactly, which
+a resumed run on a GPU needs to continue bit for bit. :func:`file_sha256` fingerprints
+the data a checkpoint was trained on.
+
+Work that takes long and must happen once, such as learning a BPE vocabulary on
+the whole corpus, is done *before* the process group is created: rank 0 writes its
+result atomically and the others wait for the file (:func:`wait_for_file`), under
+their own timeout and with a message that says what they wait for, rather than in
+a collective call that would hit the process group's timeout (10 or 30 minutes).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import re
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +38,11 @@ import torch
 
 __all__ = [
     "DistContext",
+    "process_layout",
     "init_distributed",
+    "wait_for_file",
+    "deterministic_algorithms",
+    "file_sha256",
     "cleanup_distributed",
     "all_reduce_sum",
     "atomic_save",
@@ -62,6 +79,13 @@ class DistContext:
         return self.backend is not None
 
 
+def process_layout() -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)`` as ``torchrun`` sets them in the environment
+    (``0, 1, 0`` without it), known before any process group exists."""
+    return (int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
+            int(os.environ.get("LOCAL_RANK", "0")))
+
+
 def init_distributed(device: str = "auto") -> DistContext:
     """Join the process group described by ``torchrun``'s environment variables.
 
@@ -73,8 +97,7 @@ def init_distributed(device: str = "auto") -> DistContext:
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
     if use_cuda and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device is available")
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    rank, world_size, local_rank = process_layout()
     if use_cuda:
         torch.cuda.set_device(local_rank)
         dev = torch.device("cuda", local_rank)
@@ -107,6 +130,65 @@ def all_reduce_sum(ctx: DistContext, values: list[float]) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64, device=ctx.device)
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor.tolist()
+
+
+def wait_for_file(path: str | Path, timeout: float, what: str = "the file",
+                  more_time: str = "a longer timeout", poll: float = 0.5) -> Path:
+    """Wait until ``path`` exists (rank 0 writes it atomically), at most ``timeout``
+    seconds; return it. Raises ``TimeoutError`` naming ``what`` is awaited, the file, the
+    time waited, the usual causes, and how to allow ``more_time``."""
+    path = Path(path)
+    deadline = time.monotonic() + timeout
+    while not path.is_file():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"rank {process_layout()[0]} waited {timeout:g} s for rank 0 to write {what} "
+                f"{path}: if rank 0 is still working, allow more time ({more_time}); if it "
+                "failed, its error is above; on several machines, the folder must be one "
+                "that every process sees (a shared file system)"
+            )
+        time.sleep(poll)
+    return path
+
+
+@contextmanager
+def deterministic_algorithms(enabled: bool = True) -> Iterator[None]:
+    """Within the block, run only kernels that give the same bits on every run.
+
+    Sets ``torch.use_deterministic_algorithms(True)`` (an operation without a
+    deterministic kernel raises rather than run a nondeterministic one),
+    ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (which cuBLAS needs for repeatable matmuls; it
+    must be set before the process's first CUDA matmul) and cuDNN's deterministic mode
+    without autotuning. Restores the previous settings afterwards. On the CPU, PyTorch's
+    kernels repeat themselves already; on a GPU this costs some speed. A no-op when
+    ``enabled`` is false."""
+    if not enabled:
+        yield
+        return
+    from torch.backends import cudnn
+
+    saved = (torch.are_deterministic_algorithms_enabled(),
+             torch.is_deterministic_algorithms_warn_only_enabled(),
+             cudnn.deterministic, cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    cudnn.deterministic, cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        cudnn.deterministic, cudnn.benchmark = saved[2], saved[3]
+        if saved[4] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 22) -> str:
+    """The SHA-256 of the bytes of ``path``, in hex (read in chunks of ``chunk`` bytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def atomic_save(obj, path: str | Path) -> None:

@@ -4,7 +4,8 @@ The paper encodes WMT14 English-German with byte-pair encoding, "a shared
 source-target vocabulary of about 37000 tokens" (Section 5.1). Here the vocabulary
 is learned by Hugging Face ``tokenizers`` (byte-level BPE, so every string
 round-trips exactly and no token is ever unknown) on the user's two training files,
-and saved as one JSON file beside the checkpoints.
+and saved as one JSON file beside the checkpoints. Under ``torchrun`` only rank 0
+learns it; the others wait for the file (:func:`shared_vocabulary`).
 
 ``tokenizers`` is an optional dependency (``pip install aiayn[scale]``); it is
 imported only when a vocabulary is trained or loaded.
@@ -12,11 +13,13 @@ imported only when a vocabulary is trained or loaded.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import torch
 
-__all__ = ["read_parallel", "SubwordTokenizer", "train_subword_tokenizer"]
+__all__ = ["read_parallel", "SubwordTokenizer", "train_subword_tokenizer", "shared_vocabulary"]
 
 #: Special tokens, in id order; the ids agree with :class:`aiayn.data.CharTokenizer`.
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -122,8 +125,17 @@ class SubwordTokenizer:
         return self._tokenizer.decode(kept, skip_special_tokens=True)
 
     def save(self, path: str | Path) -> None:
-        """Write the vocabulary and merges to one JSON file."""
-        self._tokenizer.save(str(path))
+        """Write the vocabulary and merges to one JSON file, atomically: a temporary file
+        in the same folder renamed over ``path``, so a reader never sees half of it."""
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            self._tokenizer.save(tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
     @classmethod
     def load(cls, path: str | Path) -> SubwordTokenizer:
@@ -135,13 +147,7 @@ class SubwordTokenizer:
         return cls(tokenizers.Tokenizer.from_file(str(path)))
 
 
-def train_subword_tokenizer(
-    files: list[str | Path], vocab_size: int = 37_000, min_frequency: int = 2
-) -> SubwordTokenizer:
-    """Learn one byte-level BPE vocabulary of at most ``vocab_size`` ids from ``files``
-    (the source and target training files together: a *shared* vocabulary, Section 5.1).
-
-    The result is deterministic for the same files and arguments."""
+def _check_inputs(files: list[str | Path], vocab_size: int) -> None:
     if not isinstance(vocab_size, int) or vocab_size < len(SPECIALS) + 256:
         raise ValueError(
             f"vocab_size must be an int of at least {len(SPECIALS) + 256} (the specials and "
@@ -150,6 +156,16 @@ def train_subword_tokenizer(
     missing = [str(f) for f in files if not Path(f).is_file()]
     if missing:
         raise FileNotFoundError(f"no such file(s) to learn the vocabulary from: {missing}")
+
+
+def train_subword_tokenizer(
+    files: list[str | Path], vocab_size: int = 37_000, min_frequency: int = 2
+) -> SubwordTokenizer:
+    """Learn one byte-level BPE vocabulary of at most ``vocab_size`` ids from ``files``
+    (the source and target training files together: a *shared* vocabulary, Section 5.1).
+
+    The result is deterministic for the same files and arguments."""
+    _check_inputs(files, vocab_size)
     tokenizers = _import_tokenizers()
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -165,3 +181,26 @@ def train_subword_tokenizer(
     )
     tokenizer.train([str(f) for f in files], trainer)
     return SubwordTokenizer(tokenizer)
+
+
+def shared_vocabulary(
+    path: str | Path, files: list[str | Path], vocab_size: int, rank: int,
+    timeout: float = 7200.0,
+) -> SubwordTokenizer:
+    """The vocabulary at ``path``, learned from ``files`` by rank 0 if it is not there yet.
+
+    Call it on every rank *before* the process group is created: rank 0 learns and saves
+    the vocabulary (atomically), every other rank waits up to ``timeout`` seconds for the
+    file to appear (:func:`aiayn.distributed.wait_for_file`) and then loads it. On
+    WMT-sized data learning takes minutes, longer than a collective call may wait (NCCL's
+    default process-group timeout is 10 minutes); polling a file has no such limit. Every
+    rank checks the arguments first, so that bad ones fail everywhere at once."""
+    from .distributed import wait_for_file
+
+    path = Path(path)
+    if not path.is_file():
+        _check_inputs(files, vocab_size)
+    if rank == 0 and not path.is_file():
+        train_subword_tokenizer(list(files), vocab_size).save(path)
+    wait_for_file(path, timeout, "the BPE vocabulary", "--vocab-timeout SECONDS")
+    return SubwordTokenizer.load(path)
