@@ -128,6 +128,9 @@ def test_cost_formula_matches_modules_and_flop_counter(n_heads):
     assert cost.matmul_flops == attention_cost(d_model, 1, t_len, s_len, batch).matmul_flops
     assert cost.weight_entries == batch * n_heads * t_len * s_len
     assert cost.score_flops == cost.mixing_flops == 2 * batch * t_len * s_len * d_model
+    # Per head 2 T S d_k (scores) + 2 T S d_v (weights @ V): 4 T S d_model over all heads.
+    assert cost.score_flops + cost.mixing_flops == 4 * batch * t_len * s_len * d_model
+    assert cost.projection_flops == 2 * batch * d_model**2 * (2 * t_len + 2 * s_len)
 
 
 def test_cost_defaults_and_bad_input():

@@ -159,10 +159,12 @@ def attention_cost(
 ) -> AttentionCost:
     """Closed-form cost of multi-head attention with ``d_k = d_v = d_model / n_heads``.
 
-    Per head the scores cost ``2 T S d_k``; ``h`` heads cost ``2 T S h d_k = 2 T S d_model``,
-    the same for every ``h`` (Section 3.2.2: "the total computational cost is similar to that
-    of single-head attention with full dimensionality"). Only the number of softmax entries,
-    ``B h T S``, grows with ``h``.
+    Per head the scores ``Q_i K_i^T`` cost ``2 T S d_k`` and the weighted sum of the values
+    another ``2 T S d_v``; ``h`` heads cost ``h (2 T S d_k + 2 T S d_v) = 4 T S d_model``, the
+    same for every ``h`` (Section 3.2.2: "the total computational cost is similar to that of
+    single-head attention with full dimensionality"). The projections cost
+    ``2 d_model^2 (2 T + 2 S)`` whatever ``h``. Only the number of softmax entries, ``B h T S``,
+    grows with ``h``.
     """
     for name, v in (("d_model", d_model), ("n_heads", n_heads), ("t_len", t_len), ("batch", batch)):
         _check_positive_int(name, v)
