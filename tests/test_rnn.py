@@ -18,6 +18,7 @@ from aiayn.data import recall_task
 from aiayn.rnn import (
     RNN,
     AttentionReader,
+    LSTMReader,
     RNNReader,
     fit_geometric_rate,
     gradient_decay,
@@ -252,6 +253,32 @@ def test_readers():
         rnn(torch.tensor([[0, 10]]))
     with pytest.raises(ValueError, match="tokens has length 40, longer than max_len=32"):
         with_pe(torch.zeros(1, 40, dtype=torch.long))
+
+
+def test_lstm_reader_reads_the_last_hidden_state():
+    torch.manual_seed(0)
+    vocab, d, classes = 10, 8, 4
+    model = LSTMReader(vocab, d, classes).double()
+    tokens, _, _ = recall_task(3, 6, 4, 6, generator=torch.Generator().manual_seed(1))
+    assert model(tokens).shape == (3, classes)
+    # The LSTM equations by hand (gates in torch's order i, f, g, o), then the read-out.
+    lstm = model.lstm
+    x = model.embed(tokens)  # (B, T, d)
+    h = c = x.new_zeros(3, d)
+    for t in range(tokens.shape[1]):
+        gates = x[:, t] @ lstm.weight_ih_l0.T + lstm.bias_ih_l0
+        gates = gates + h @ lstm.weight_hh_l0.T + lstm.bias_hh_l0
+        i, f, g, o = gates.chunk(4, dim=-1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+    torch.testing.assert_close(model(tokens), model.readout(h), rtol=0, atol=1e-12)
+    # Three gates and a candidate state: four blocks of recurrent weights and biases.
+    recurrent = sum(p.numel() for p in lstm.parameters())
+    assert recurrent == 4 * (2 * d * d + 2 * d)
+    with pytest.raises(ValueError, match=r"expected ids in \[0, 9\]"):
+        model(torch.tensor([[0, 10]]))
+    with pytest.raises(ValueError, match="d_model must be a positive int, got 0"):
+        LSTMReader(vocab, 0, classes)
 
 
 def test_generation_with_state_equals_rereading():

@@ -4,7 +4,8 @@
 Besides the layer, this module holds what chapter 1 measures with it: how the gradient
 ``dh_n/dh_t`` shrinks or grows with the distance ``n - t`` (a product of ``n - t``
 Jacobians, one per step), the same kind of gradient through a self-attention layer, and
-two small readers for the long-range recall task of :func:`aiayn.data.recall_task`.
+small readers for the long-range recall task of :func:`aiayn.data.recall_task` (a plain
+recurrent one, a gated one built on ``torch.nn.LSTM``, and one attention layer).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "input_gradient_norms",
     "fit_geometric_rate",
     "RNNReader",
+    "LSTMReader",
     "AttentionReader",
 ]
 
@@ -284,6 +286,32 @@ class RNNReader(nn.Module):
             tokens.append(next_token[:, None])
             h = self.rnn.step(self.embed(next_token), h)
         return torch.cat(tokens, dim=1)  # (B, T + n_tokens)
+
+
+class LSTMReader(nn.Module):
+    """Embedding, one ``torch.nn.LSTM`` layer, and a linear read-out of the last hidden state.
+
+    The gated counterpart of :class:`RNNReader`, of the same width: its input, forget and
+    output gates decide at every step what the cell state keeps (Hochreiter and
+    Schmidhuber, 1997). Its three gates and candidate cell state give it about four times
+    the recurrent weights of :class:`RNNReader`.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, n_classes: int):
+        super().__init__()
+        _check_positive_int("vocab_size", vocab_size)
+        _check_positive_int("d_model", d_model)
+        _check_positive_int("n_classes", n_classes)
+        self.vocab_size = vocab_size
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.lstm = nn.LSTM(d_model, d_model, batch_first=True)
+        self.readout = nn.Linear(d_model, n_classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens`` ``(B, T)`` -> logits ``(B, n_classes)`` from ``h_T``."""
+        check_tokens("tokens", tokens, self.vocab_size)
+        _, (h_last, _) = self.lstm(self.embed(tokens))  # (1, B, d_model): one layer
+        return self.readout(h_last[0])
 
 
 class AttentionReader(nn.Module):
