@@ -83,12 +83,11 @@ class Binding:
 
 def parse_key(key: str, notebook: Path) -> tuple[str, str, Path]:
     """``name[:fmt]`` or ``other.ipynb::name:fmt`` -> (name, fmt, notebook of the value)."""
-    # MyST-NB splits the format off first, at the last colon.
-    name, fmt = key.rsplit(":", 1) if ":" in key else (key, "s")
     source = notebook
-    if "::" in name:
-        path, name = name.split("::", 1)
+    if "::" in key:  # another notebook's value (MyST-NB needs a format there: give one)
+        path, key = key.split("::", 1)
         source = (notebook.parent / path).resolve()
+    name, fmt = key.rsplit(":", 1) if ":" in key else (key, "s")
     return name, fmt, source
 
 
@@ -247,7 +246,9 @@ def rewrite(paths: list[Path], old: Values | None = None) -> tuple[int, list[str
 #   - followed by ``<!-- typed: why -->``: a number set by hand on purpose (an input of an
 #     example chosen in the prose, say), with the reason written next to it.
 
-NUMBER = re.compile(r"(?<![\w.\-/])[-+−]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
+# A number, with the unit letters that may stick to it ("65M", "2.8x", "40k", "3 GB" apart).
+NUMBER = re.compile(r"(?<![\w.\-/])[-+−]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?"
+                    r"(?:[kKMGTx]|GB|MB|GiB|MiB|ms)?(?![\w])")
 TYPED = re.compile(r"(?<![\w.\-/])[-+−]?\d[^\s<]*<!-- typed: [^>]+ -->")
 REFERENCE = re.compile(
     r"(?:\b(?:[Ss]ections?|[Tt]ables?|[Ff]igures?|[Ff]ig\.|[Ee]qs?\.|[Ee]quations?|[Cc]hapters?"
@@ -266,7 +267,7 @@ SKIP = [
     re.compile(r"<[^>\n]*>"),  # HTML tags and comments (bindings are removed before)
     re.compile(r"\"[^\"\n]*\"|“[^”]*”"),  # quotations
     re.compile(r"^>(?! \*\*Note\.\*\*).*(?:\n>.*)*", re.M),  # a quoted passage (not a note)
-    re.compile(r"(?<![\w.])00\d(?![\w])"),  # the sources' numbers: 000, 002, 003, 004
+    re.compile(r"(?<![\w.,])00\d(?![\w])"),  # the sources' numbers: 000, 002, 003, 004
     re.compile(r"^#+ \d+(?:\.\d+)*\.? ", re.M),  # a heading's own number
     re.compile(r"^:[\w-]+:.*$", re.M),  # a directive's options (in a page)
     re.compile(r"^\s*\d+[.)] ", re.M),  # a numbered list's item numbers
