@@ -191,7 +191,11 @@ def _rewrite_cell(source: str, cell_bindings: list[Binding], new: Values,
     problems = []
     # From the last binding to the first, so earlier offsets stay valid.
     for b in sorted(cell_bindings, key=lambda b: b.start, reverse=True):
-        expected = new.text(b)
+        try:
+            expected = new.text(b)
+        except (LookupError, ValueError) as exc:
+            problems.append(str(exc))
+            continue
         before = source[:b.start]
         if shows(before, source[b.end:], expected):
             continue

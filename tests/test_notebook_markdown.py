@@ -235,3 +235,81 @@ def test_every_commonmark_form_is_converted(path):
             source = cell["source"]
             assert "<a id=" not in source and "](#" not in source and "(api.md#" not in source, source
             assert "**Note.**" not in source, source
+
+
+# ---------------------------------------------------------------- no hand-typed numbers
+
+PAGES = NOTEBOOKS + sorted((ROOT / "book").glob("*.md"))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_no_hand_typed_numbers_in_the_prose(path):
+    """Every number in the prose is bound to its cell, or in one of the few allowed forms."""
+    problems = prose_numbers.unbound([path])
+    assert not problems, (f"{path.name}: numbers typed by hand (bind them, see README, "
+                          "'Adding a chapter'):\n" + "\n".join(problems))
+
+
+@pytest.mark.parametrize("planted", [
+    "Attention is 1.85 times slower here.",
+    "After 400 steps the loss is low.",
+    "The ratio is about 12.6, and the rest",
+    "a 2 + 2 layer model",
+    "between sub-layers (512 in the base model)",
+    "> **Note.** It takes 3 minutes.",
+])
+def test_unbound_check_catches_planted_numbers(planted):
+    assert prose_numbers.unbound_numbers(planted), planted
+
+
+@pytest.mark.parametrize("allowed", [
+    "It is 0.81<!-- glue: w:.2f --> here.",
+    "It is [0.62, 0.07, 0.31]<!-- glue: row -->.",
+    "Section 3.2.1, §2.2 (1), Table 3, Eq. 1, chapters 6 and 7, source 003, sources 000 and 004.",
+    'Source 000 prints "0.61, 0.07, 0.32".',
+    "> For our base models [...] each training step took about 0.4 seconds.",
+    "$d_k = 64$ and `range(10)` and [[Vaswani et al., 2017]](#cite:vaswani2017attention)",
+    "## 2. Scaled dot-product attention\n\n1. An exercise.\n2. Another.",
+    "The hard answer 20<!-- typed: the value of key 1, chosen in the prose --> is close.",
+    "float64, bf16, W_1, GPT-2, P100",
+])
+def test_unbound_check_accepts_the_allowed_forms(allowed):
+    literal = {"w:.2f": "0.81", "row": "[0.62, 0.07, 0.31]"}.get
+    assert prose_numbers.unbound_numbers(allowed, literal) == [], allowed
+
+
+# ---------------------------------------------------------------- the errata's verdicts
+
+ERRATA = ROOT / "book" / "errata.ipynb"
+LEGEND_ITEM = re.compile(r"^- \*\*(?P<word>[a-z][a-z ]*)\*\*: ", re.M)
+
+
+def verdicts(markdown_cells: list[str]) -> tuple[set[str], list[str]]:
+    """The vocabulary the legend defines, and every verdict the page gives."""
+    legend = set(LEGEND_ITEM.findall(markdown_cells[0]))
+    given = []
+    for source in markdown_cells:
+        for table in re.findall(r"^\|.*\|$(?:\n^\|.*\|$)+", source, re.M):
+            rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.split("\n")]
+            if "verdict" in rows[0]:
+                column = rows[0].index("verdict")
+                given += [row[column] for row in rows[2:]]
+        given += re.findall(r"Verdict: \*\*([^*]+)\*\*", source)
+    return legend, given
+
+
+def test_errata_verdicts_come_from_the_legend():
+    cells = [source for _, source in _markdown(ERRATA)]
+    legend, given = verdicts(cells)
+    assert len(legend) >= 4, f"the first cell must define the verdicts as '- **word**: ...' ({legend})"
+    assert len(given) >= 50, f"only {len(given)} verdicts found"
+    undefined = sorted({v for v in given if v not in legend})
+    assert not undefined, f"verdicts the legend does not define: {undefined}"
+
+
+def test_verdict_check_catches_a_planted_verdict():
+    legend_cell = "# Errata\n\n- **correct**: holds.\n- **wrong**: does not hold.\n"
+    table = "| source | claim | verdict |\n| --- | --- | --- |\n| 000 | x | correct |\n| 002 | y | mostly fine |\n"
+    legend, given = verdicts([legend_cell, table, "Verdict: **roughly right**."])
+    assert legend == {"correct", "wrong"}
+    assert sorted(v for v in given if v not in legend) == ["mostly fine", "roughly right"]
