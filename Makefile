@@ -83,9 +83,10 @@ unit:
 
 # Strict nbval: every output must match the committed one (after the sanitize
 # regexes). Each notebook runs once, alone, in a Colab-like environment that installs
-# aiayn from this checkout's git URL (tests/test_colab_like.py).
+# aiayn from this checkout's git URL (tests/test_colab_like.py). Two notebooks at a time:
+# they train on one thread each, and this machine has two cores.
 nbval:
-	$(BIN)/python -m pytest tests/test_colab_like.py -m notebooks -p no:cacheprovider
+	$(BIN)/python -m pytest tests/test_colab_like.py -m notebooks -p no:cacheprovider -n 2
 
 # Needs the built book ($(HTML)); `make test` builds it first. Then chapter 2 is run
 # in JupyterLab (offline) and its prose's bound numbers are read as rendered there.

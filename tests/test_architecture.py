@@ -259,3 +259,47 @@ def test_encoder_decoder_explorer_redraws_every_kind(monkeypatch, capsys):
     # outside a kernel the Output widget passes its prints through to stdout
     assert "Cannot read this input: character '#'" in capsys.readouterr().out
     assert len(plt.get_fignums()) <= 1
+
+
+def test_date_explorer_redraws_for_every_beam_and_explains_bad_input(monkeypatch, capsys):
+    pytest.importorskip("ipywidgets")
+    import matplotlib.pyplot as plt
+
+    import aiayn.decode
+    import aiayn.viz
+    from aiayn.widgets import date_explorer
+
+    asked, drawn = [], []
+    translate, plot_translation = aiayn.decode.translate, aiayn.viz.plot_translation
+
+    def recording_translate(model, tokenizer, text, beam_size=1, max_len=30):
+        asked.append((text, beam_size))
+        return translate(model, tokenizer, text, beam_size, max_len)
+
+    def recording_plot(result, title=None):
+        fig = plot_translation(result, title)
+        drawn.append((result["source"], len(result["chars"]) == len(result["confidence"]),
+                      np.isfinite(np.asarray(result["attention"])).all()))
+        return fig
+
+    monkeypatch.setattr(aiayn.decode, "translate", recording_translate)
+    monkeypatch.setattr(aiayn.viz, "plot_translation", recording_plot)
+    model = _model(dtype=torch.float32).eval()  # untrained: any answer will do
+    box = date_explorer(model, TOK, "Nov 29, 2026")
+    text, beam = box.children[0].children
+    assert (beam.min, beam.max, beam.value) == (1, 8, 1)
+    beam.value = 8  # beam search at the slider's widest
+    text.value = "2026-11-29"
+    beam.value = 1  # back to greedy
+    text.value = "#!"  # characters the tokenizer does not know: a message, no exception
+    text.value = " "  # nothing typed
+    text.value = "1" * 100  # longer than the model's max_len
+    assert asked == [("Nov 29, 2026", 1), ("Nov 29, 2026", 8), ("2026-11-29", 8),
+                     ("2026-11-29", 1), ("#!", 1), (" ", 1), ("1" * 100, 1)]
+    assert [d[0] for d in drawn] == [[*"Nov 29, 2026", "<eos>"]] * 2 + [[*"2026-11-29", "<eos>"]] * 2
+    assert all(same_length and finite for _, same_length, finite in drawn)
+    out = capsys.readouterr().out  # outside a kernel the Output widget passes prints through
+    assert "Cannot read this input: character '#'" in out
+    assert "Cannot read this input: Type a date" in out
+    assert "Cannot read this input: the input is too long" in out
+    assert len(plt.get_fignums()) <= 1

@@ -1,22 +1,27 @@
-"""Every notebook runs the way a Colab reader runs it.
+"""Every notebook runs the way a Colab reader runs it, on what Colab really runs.
 
 Colab starts from an environment that already has PyTorch, NumPy, Matplotlib and
 ipywidgets, but not this repository. A chapter's first cell, seeing
 ``google.colab`` in ``sys.modules``, installs ``aiayn`` from the repository's git
 URL. These tests rebuild that situation:
 
-- a fresh virtual environment with Colab's preinstalled packages (PyTorch as the
-  project's pinned CPU build) and a ``sitecustomize`` that registers a stand-in
-  ``google.colab`` module, so the Colab branch is taken;
+- a fresh virtual environment on Colab's Python (3.13) with Colab's preinstalled
+  packages at the versions Google publishes (``COLAB_RUNTIME`` below: ipywidgets 7,
+  IPython 7, ...; PyTorch as the project's pinned build) and a ``sitecustomize``
+  that registers a stand-in ``google.colab`` module, so the Colab branch is taken;
 - the notebook copied alone into an empty folder far from the repository, so it
   cannot import ``src/`` or read files next to it;
 - the first cell's install pointed at this checkout's git URL (the cell reads
-  ``AIAYN_REPO_URL``; in Colab it is unset and the URL written in the cell is used).
+  ``AIAYN_REPO_URL``; in Colab it is unset and the URL written in the cell is used),
+  under the same pins as constraints, so the chapter cannot move a Colab package.
 
 In that environment each notebook runs under strict ``pytest --nbval`` (with
 ``tests/nbval_sanitize.cfg``): one execution proves both that the chapter runs the
 way a Colab reader runs it and that it reproduces the outputs committed with it,
-which are what the HTML book shows. ``make nbval`` runs these tests.
+which are what the HTML book shows. The explorer unit tests (every function of
+``aiayn.widgets``) run there too, under ipywidgets 7; ``make unit`` runs them under
+the newest ipywidgets (8) in ``.venv``. A test checks that the environment really has
+Colab's versions. ``make nbval`` runs these tests.
 
 They also check that the URL written in every notebook's Colab cell is the one
 ``_config.yml`` gives the book (its launch buttons use that one).
@@ -24,10 +29,14 @@ They also check that the URL written in every notebook's Colab cell is the one
 
 from __future__ import annotations
 
+import ast
+import glob
 import json
 import os
+import re
+import shutil
 import subprocess
-import venv
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -35,14 +44,54 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "book").glob("*.ipynb"))
-# What Colab has before the chapter's first cell runs (torch pinned to the project's build).
-COLAB_PACKAGES = ["torch==2.13.0", "numpy", "matplotlib", "ipywidgets", "ipykernel",
-                  "nbclient", "tqdm"]
+
+# Colab's runtime as Google publishes it: github.com/googlecolab/backend-info,
+# os-info.txt and pip-freeze.txt (2026-08). To follow Colab, change these lines.
+COLAB_PYTHON = "3.13"
+COLAB_RUNTIME = {
+    # What the chapters use. torch: Colab has 2.11.0 (+cpu on its CPU runtime, +cu128 on
+    # its GPU runtime), both from PyTorch's own index, which is not reachable here. We use
+    # the project's torch==2.13.0, the version the committed outputs were computed with,
+    # so nbval compares Colab's notebook stack rather than two torch releases' rounding.
+    # On Python 3.13 it is PyPI's build (CUDA libraries, ~4.7 GB; it computes on the CPU
+    # here). The local CPU wheel of `make venv` exists only for Python 3.11.
+    "torch": "2.13.0",
+    "numpy": "2.1.3",
+    "matplotlib": "3.10.0",
+    "tqdm": "4.67.3",
+    # The kernel, the widgets and what displays outputs.
+    "ipywidgets": "7.7.1",
+    "ipython": "7.34.0",
+    "ipykernel": "6.17.1",
+    "jupyter_client": "7.4.9",
+    "traitlets": "5.7.1",
+    "widgetsnbextension": "3.6.10",
+    "jupyterlab_widgets": "3.0.16",
+    "notebook": "6.5.7",
+    "jupyter_core": "5.9.1",
+    "nbformat": "5.11.1",
+    "nbclient": "0.10.4",
+    "pyzmq": "26.2.1",
+    "tornado": "6.5.7",
+    "matplotlib-inline": "0.2.2",
+    "pillow": "11.3.0",
+    # Preinstalled and unused by the book: pinned so that nothing installed moves them.
+    "transformers": "5.15.0",
+    "safetensors": "0.8.0",
+    "tokenizers": "0.22.2",
+    "plotly": "5.24.1",
+    "altair": "5.5.0",
+    # Preinstalled, and used by the checker below.
+    "pytest": "8.4.2",
+    "sphinx": "8.2.3",
+}
 # ... plus the checker, which a Colab reader does not need: nbval, and MyST-NB so that
 # aiayn.glue records the numbers the book's prose shows and nbval compares them too.
 # (Without MyST-NB, as in Colab, glue is a no-op: tests/test_utils.py checks that path,
 # and test_chapters_glue_only_through_aiayn below that no chapter needs MyST-NB.)
-CHECKER_PACKAGES = ["pytest", "nbval", "myst-nb>=1,<2"]
+# They are installed with COLAB_RUNTIME as pip constraints: one that needed a newer
+# IPython (say) could not move it, and the install would fail instead.
+CHECKER_PACKAGES = ["nbval>=0.11", "myst-nb>=1,<2"]
 SANITIZE = REPO / "tests" / "nbval_sanitize.cfg"
 SITECUSTOMIZE = (
     "import sys, types\n"
@@ -89,27 +138,170 @@ def _run(cmd, **kwargs):
     return result
 
 
+def _pyenv_root() -> str:
+    if os.environ.get("PYENV_ROOT"):
+        return os.environ["PYENV_ROOT"]
+    if shutil.which("pyenv"):
+        found = subprocess.run(["pyenv", "root"], capture_output=True, text=True)
+        if found.returncode == 0:
+            return found.stdout.strip()
+    return str(Path.home() / ".pyenv")
+
+
+def _colab_interpreter() -> str:
+    """Colab's Python: python3.13 on PATH if it runs, else pyenv's newest 3.13.x.
+
+    Fails, never skips: without it this layer would check nothing."""
+    name = f"python{COLAB_PYTHON}"
+    candidates = [shutil.which(name)]  # a pyenv shim fails unless 3.13 is selected
+    installed = glob.glob(os.path.join(_pyenv_root(), "versions", f"{COLAB_PYTHON}.*", "bin", name))
+    patch = re.compile(rf"{re.escape(COLAB_PYTHON)}\.(\d+)$")  # not 3.13.0t (free-threaded)
+    installed = [p for p in installed if patch.match(Path(p).parents[1].name)]
+    candidates += sorted(installed, key=lambda p: int(patch.match(Path(p).parents[1].name)[1]),
+                         reverse=True)
+    probe = "import ensurepip, sys, venv; print(sys.executable); print('%d.%d' % sys.version_info[:2])"
+    for candidate in filter(None, candidates):
+        found = subprocess.run([candidate, "-c", probe], capture_output=True, text=True)
+        lines = found.stdout.splitlines()
+        if found.returncode == 0 and lines[-1:] == [COLAB_PYTHON]:
+            return lines[0]
+    pytest.fail(
+        f"Colab runs Python {COLAB_PYTHON}, and no working {name} (with venv and ensurepip) "
+        f"was found on PATH or under pyenv ({_pyenv_root()}/versions). Install it, e.g. "
+        f"`pyenv install {COLAB_PYTHON}` or your system's {name} and {name}-venv packages."
+    )
+
+
+def _pins() -> list[str]:
+    return [f"{name}=={version}" for name, version in COLAB_RUNTIME.items()]
+
+
 @pytest.fixture(scope="session")
 def colab_python(tmp_path_factory) -> Path:
-    """A fresh environment with what Colab preinstalls, and a stand-in google.colab."""
-    env_dir = tmp_path_factory.mktemp("colab") / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
+    """A fresh environment on Colab's Python with Colab's pinned packages, the checker
+    (installed under those pins as constraints), and a stand-in google.colab.
+
+    ``make nbval`` runs the notebooks on two pytest-xdist workers (each chapter trains
+    on one thread); each worker builds its own environment, so that two chapters never
+    pip-install aiayn into the same one at once."""
+    root = tmp_path_factory.mktemp("colab")
+    env_dir = root / "venv"
+    _run([_colab_interpreter(), "-m", "venv", env_dir])
+    constraints = root / "colab-constraints.txt"
+    constraints.write_text("\n".join(_pins()) + "\n")
     python = env_dir / "bin" / "python"
-    _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *COLAB_PACKAGES,
-          *CHECKER_PACKAGES])
+    _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+          "-c", constraints, *_pins(), *CHECKER_PACKAGES], timeout=1800)
     site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
     Path(site.stdout.strip(), "sitecustomize.py").write_text(SITECUSTOMIZE)
     return python
 
 
-def _clean_env() -> dict:
-    """The environment of a Colab reader: no PYTHONPATH, no virtual env of ours."""
+def _clean_env(colab_python: Path) -> dict:
+    """The environment of a Colab reader: no PYTHONPATH, no virtual env of ours. Every
+    pip install in it (the chapters' first cell) keeps Colab's pins, or fails."""
     env = {k: v for k, v in os.environ.items()
            if k not in {"PYTHONPATH", "VIRTUAL_ENV", "MPLBACKEND", "JUPYTER_PATH"}}
     env["AIAYN_REPO_URL"] = f"file://{REPO}"
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env["PIP_CONSTRAINT"] = str(colab_python.parents[2] / "colab-constraints.txt")
     return env
 
+
+# ------------------------------------------------------- the environment is Colab's
+
+# Import names of the pinned distributions that differ from them.
+IMPORT_NAMES = {"ipython": "IPython", "pillow": "PIL", "pyzmq": "zmq",
+                "matplotlib-inline": "matplotlib_inline"}
+VERSIONS_SCRIPT = """
+import importlib, importlib.metadata, json, sys
+pins = json.loads(sys.argv[1])
+found = {"python": "%d.%d" % sys.version_info[:2], "metadata": {}, "module": {}}
+for dist, module in pins.items():
+    found["metadata"][dist] = importlib.metadata.version(dist)
+    found["module"][dist] = getattr(importlib.import_module(module), "__version__", None)
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.notebooks
+def test_the_environment_has_colabs_python_and_versions(colab_python):
+    modules = {dist: IMPORT_NAMES.get(dist, dist.replace("-", "_")) for dist in COLAB_RUNTIME}
+    found = json.loads(_run([colab_python, "-c", VERSIONS_SCRIPT, json.dumps(modules)],
+                            env=_clean_env(colab_python)).stdout)
+    assert found["python"] == COLAB_PYTHON
+    public = {kind: {dist: v and v.split("+")[0] for dist, v in versions.items()}  # 2.13.0+cpu
+              for kind, versions in (("metadata", found["metadata"]), ("module", found["module"]))}
+    assert public["metadata"] == COLAB_RUNTIME
+    drifted = {dist: v for dist, v in public["module"].items() if v and v != COLAB_RUNTIME[dist]}
+    assert not drifted, f"imported versions differ from the pins: {drifted}"
+    # the import-time versions of what the chapters use are checked, not just the metadata
+    assert all(public["module"][dist] for dist in ("torch", "numpy", "matplotlib", "ipywidgets",
+                                                   "ipython", "ipykernel", "traitlets"))
+
+
+# ------------------------------------------------- the explorers under ipywidgets 7
+
+def _widget_explorers() -> list[str]:
+    """The names in aiayn.widgets.__all__ (read from the source: no import needed)."""
+    tree = ast.parse((REPO / "src" / "aiayn" / "widgets.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError("aiayn/widgets.py has no __all__")
+
+
+def _explorer_tests() -> dict[str, set[str]]:
+    """{pytest node id: the explorers it imports from aiayn.widgets}, over tests/test_*.py."""
+    explorers, found = set(_widget_explorers()), {}
+    for path in sorted((REPO / "tests").glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
+                continue
+            names = {alias.name for sub in ast.walk(node)
+                     if isinstance(sub, ast.ImportFrom) and sub.module == "aiayn.widgets"
+                     for alias in sub.names} & explorers
+            if names:
+                found[f"tests/{path.name}::{node.name}"] = names
+    return found
+
+
+def test_every_explorer_has_a_unit_test():
+    # make unit runs them under the newest ipywidgets, the test below under Colab's
+    tested = set().union(*_explorer_tests().values())
+    missing = sorted(set(_widget_explorers()) - tested)
+    assert not missing, f"no unit test builds these explorers and moves their controls: {missing}"
+
+
+@pytest.mark.slow
+@pytest.mark.notebooks
+def test_explorer_unit_tests_pass_under_colabs_ipywidgets(colab_python, tmp_path):
+    """The unit tests of every explorer, run with Colab's Python and ipywidgets 7 on this
+    checkout's src/ (the chapters install aiayn from git; nothing is installed here)."""
+    tests = _explorer_tests()
+    env = _clean_env(colab_python) | {"PYTHONPATH": str(REPO / "src"), "MPLBACKEND": "Agg"}
+    where = _run([colab_python, "-c", "import aiayn, ipywidgets; "
+                  "print(aiayn.__file__); print(ipywidgets.__version__)"], cwd=REPO, env=env)
+    assert where.stdout.splitlines() == [
+        str(REPO / "src" / "aiayn" / "__init__.py"), COLAB_RUNTIME["ipywidgets"]]
+    report = tmp_path / "junit.xml"
+    result = subprocess.run(
+        [colab_python, "-m", "pytest", *sorted(tests), "-p", "no:cacheprovider", "-q",
+         f"--junitxml={report}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"explorer tests failed under ipywidgets 7:\n{result.stdout[-6000:]}"
+    outcomes = {}
+    for case in ET.parse(report).iter("testcase"):
+        node = case.get("classname").replace(".", "/") + ".py::" + case.get("name").split("[")[0]
+        failed = [child.tag for child in case if child.tag in {"failure", "error", "skipped"}]
+        outcomes.setdefault(node, []).extend(failed or ["passed"])
+    assert outcomes.keys() == tests.keys(), f"ran {sorted(outcomes)}, expected {sorted(tests)}"
+    not_passed = {node: o for node, o in outcomes.items() if set(o) != {"passed"}}
+    assert not not_passed, f"skipped or failed under ipywidgets 7: {not_passed}\n{result.stdout[-4000:]}"
+
+
+# ------------------------------------------------------------------- the chapters
 
 @pytest.mark.slow
 @pytest.mark.notebooks
@@ -120,11 +312,13 @@ def test_notebook_reproduces_its_outputs_in_a_colab_like_environment(colab_pytho
     notebook = workdir / path.name
     notebook.write_bytes(path.read_bytes())
     # Strict nbval: every output not tagged nbval-ignore-output must match the committed one.
+    # (--opt=value: a separate path argument would make pytest take the repository, with
+    # its pyproject.toml, as the rootdir of a notebook that is meant to be far from it.)
     _run([colab_python, "-m", "pytest", "--nbval", notebook.name,
-          "--nbval-sanitize-with", str(SANITIZE), "-p", "no:cacheprovider", "-q"],
-         cwd=workdir, env=_clean_env(), timeout=1800)
+          f"--nbval-sanitize-with={SANITIZE}", "-p", "no:cacheprovider", "-q"],
+         cwd=workdir, env=_clean_env(colab_python), timeout=1800)
     # The package the chapter used is the one its first cell installed, from git.
     where = _run([colab_python, "-c", "import aiayn; print(aiayn.__file__)"],
-                 cwd=workdir, env=_clean_env())
+                 cwd=workdir, env=_clean_env(colab_python))
     assert str(colab_python.parents[1]) in where.stdout, where.stdout
     assert sorted(p.name for p in workdir.iterdir()) == [path.name], "the chapter wrote files"
