@@ -37,6 +37,7 @@ import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -177,7 +178,7 @@ def _pins() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def colab_python(tmp_path_factory) -> Path:
+def colab_python(tmp_path_factory) -> Iterator[Path]:
     """A fresh environment on Colab's Python with Colab's pinned packages, the checker
     (installed under those pins as constraints), and a stand-in google.colab.
 
@@ -194,7 +195,8 @@ def colab_python(tmp_path_factory) -> Path:
           "-c", constraints, *_pins(), *CHECKER_PACKAGES], timeout=1800)
     site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
     Path(site.stdout.strip(), "sitecustomize.py").write_text(SITECUSTOMIZE)
-    return python
+    yield python
+    shutil.rmtree(env_dir, ignore_errors=True)  # 5.5 GB; pytest keeps its last 3 temp dirs
 
 
 def _clean_env(colab_python: Path) -> dict:
