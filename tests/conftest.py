@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import matplotlib
 
@@ -180,3 +181,24 @@ def pytest_testnodedown(node, error):
 def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_sep("-", "parity")
     terminalreporter.write_line(_summary_line(PARITY_MAX))
+
+
+# --------------------------------------------------------------- the browser checks
+
+# Debian's Chromium, offline (test_html.py and test_jupyterlab.py).
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync",
+                 "--disable-quic"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make browser` installs Debian's chromium")
+    with playwright_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                              args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

@@ -49,10 +49,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "book" / "02_scaled_dot_product_attention.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
 SHOT = ARTIFACTS / "jupyterlab-bound-number.png"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync",
-                 "--disable-quic"]
 RUN_TIMEOUT_MS = 240_000  # chapter 2 runs in well under a minute on two cores
 
 # JupyterLab offline: no news feed, no update check, no PyPI listings of extensions.
@@ -313,18 +309,6 @@ def lab(tmp_path_factory):
     assert server.process.returncode == 0, \
         f"jupyter lab exited with {server.process.returncode}:\n{server.log.read_text()[-3000:]}"
     assert not left, f"processes left after the server's shutdown (killed): {left}"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: `make browser` installs Debian's chromium")
-    with playwright_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                              args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 # ------------------------------------------------------------------ in the page
