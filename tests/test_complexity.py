@@ -230,3 +230,76 @@ def test_chapter8_plots_and_explorer():
     for value in (width.min, width.max):  # the extremes redraw without error
         width.value = value
     plt.close("all")
+
+
+# ------------------------------------------- separable convolution, whole encoder layer
+
+from aiayn.complexity import (  # noqa: E402
+    ALL_LAYER_KINDS,
+    SeparableConv1dLayer,
+    encoder_layer_flops,
+    quadratic_half_length,
+)
+
+
+@pytest.mark.parametrize("n, d, k", [(8, 16, 3), (16, 8, 5), (9, 12, 9)])
+def test_separable_convolution_flops_and_path(n, d, k):
+    torch.manual_seed(0)
+    layer = SeparableConv1dLayer(d, k)
+    x = torch.randn(2, n, d)
+    assert layer(x).shape == (2, n, d)
+    cost = layer_cost("separable", n, d, k=k)
+    assert "separable" in ALL_LAYER_KINDS and "separable" not in LAYER_KINDS
+    assert count_flops(layer, x[:1]) == cost.flops == 2 * k * n * d + 2 * n * d * d
+    assert cost.sequential_ops == 1
+    assert cost.max_path_length == layer_cost("convolutional", n, d, k=k).max_path_length
+
+
+def test_separable_convolution_path_read_off_the_gradient():
+    torch.manual_seed(0)
+    n, d, k = 7, 2, 3
+    layer = SeparableConv1dLayer(d, k)
+
+    def stack(z, hops):
+        for _ in range(hops):
+            z = layer(z)
+        return z
+
+    hops = hops_to_connect(stack, torch.randn(1, n, d), n)
+    assert int(hops.max()) == layer_cost("separable", n, d, k=k).max_path_length == 6
+
+
+def test_separable_convolution_is_depthwise_then_pointwise():
+    torch.manual_seed(0)
+    d, k = 4, 3
+    layer = SeparableConv1dLayer(d, k)
+    x = torch.randn(1, 6, d)
+    w = layer.depthwise.weight[:, 0]  # (d, k): one kernel per channel
+    padded = torch.nn.functional.pad(x, (0, 0, 1, 1))[0]  # (n + 2, d)
+    mixed = torch.stack([(padded[t:t + k].T * w).sum(-1) for t in range(6)])  # (n, d)
+    torch.testing.assert_close(layer(x)[0], mixed @ layer.pointwise.weight.T)
+    with pytest.raises(ValueError, match="k must be odd"):
+        SeparableConv1dLayer(4, 2)
+    with pytest.raises(ValueError, match="d_model must be a positive int, got 0"):
+        SeparableConv1dLayer(0, 3)
+
+
+def test_encoder_layer_flops_match_the_counted_layer():
+    from aiayn.layers import EncoderLayer
+
+    d_model, n_heads, d_ff = 64, 4, 256
+    with torch.device("meta"):  # shapes only: FlopCounterMode needs no values
+        layer = EncoderLayer(d_model, n_heads, d_ff, dropout=0.0).eval()
+        for n in (8, 100, quadratic_half_length(d_model, d_ff)):
+            parts = encoder_layer_flops(n, d_model, d_ff)
+            assert count_flops(layer, torch.randn(1, n, d_model)) == sum(parts.values())
+    half = quadratic_half_length(d_model, d_ff)
+    assert half == 2 * d_model + d_ff == 384
+    parts = encoder_layer_flops(half, d_model, d_ff)
+    assert 2 * parts["attention"] == sum(parts.values())
+    below = encoder_layer_flops(half - 1, d_model, d_ff)
+    assert 2 * below["attention"] < sum(below.values())
+    with pytest.raises(ValueError, match="d_ff must be a positive int, got 0"):
+        encoder_layer_flops(4, 8, 0)
+    with pytest.raises(ValueError, match="d_model must be a positive int, got -1"):
+        quadratic_half_length(-1, 8)

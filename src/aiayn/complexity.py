@@ -4,11 +4,15 @@
   timing, slopes on log-log axes, and the length of the longest chain of dependent
   operations (the "sequential operations" column of Table 1).
 * :func:`layer_cost` and :func:`crossover_length`: the columns of Table 1 for
-  self-attention, recurrent, convolutional and restricted self-attention layers, as
-  exact FLOP counts (a multiply-add = 2 FLOPs), and where two layers cost the same.
-* :class:`Conv1dLayer`, :func:`attention_core`, :func:`restricted_attention_core` and
-  :func:`recurrent_core`: the smallest layers that compute what each row of Table 1
-  counts, to check the formulas against ``FlopCounterMode`` (:func:`count_flops`).
+  self-attention, recurrent, convolutional and restricted self-attention layers (and the
+  separable convolution of Section 4's text), as exact FLOP counts (a multiply-add =
+  2 FLOPs), and where two layers cost the same.
+* :func:`encoder_layer_flops` and :func:`quadratic_half_length`: a whole encoder layer's
+  FLOPs by part, and the ``n`` from which attention's ``n^2`` terms are the larger half.
+* :class:`Conv1dLayer`, :class:`SeparableConv1dLayer`, :func:`attention_core`,
+  :func:`restricted_attention_core` and :func:`recurrent_core`: the smallest layers that
+  compute what each row counts, to check the formulas against ``FlopCounterMode``
+  (:func:`count_flops`).
 * :func:`hops_to_connect`: the "maximum path length" column, read off the gradient's
   sparsity pattern.
 * :func:`saved_tensor_bytes` and :func:`peak_memory_bytes`: what a layer stores.
@@ -38,14 +42,18 @@ __all__ = [
     "fit_power_law",
     "critical_path_length",
     "LAYER_KINDS",
+    "ALL_LAYER_KINDS",
     "LayerCost",
     "layer_cost",
     "crossover_length",
+    "encoder_layer_flops",
+    "quadratic_half_length",
     "crossing_point",
     "attention_core",
     "restricted_attention_core",
     "recurrent_core",
     "Conv1dLayer",
+    "SeparableConv1dLayer",
     "count_flops",
     "dependency_matrix",
     "hops_to_connect",
@@ -191,6 +199,10 @@ def time_stats(
 #: The four layer types of the paper's Table 1, in its order.
 LAYER_KINDS = ("self-attention", "recurrent", "convolutional", "restricted")
 
+#: Table 1's rows and the separable convolution that Section 4's text adds
+#: ("decrease the complexity considerably, to O(k n d + n d^2)").
+ALL_LAYER_KINDS = (*LAYER_KINDS, "separable")
+
 
 @dataclass(frozen=True)
 class LayerCost:
@@ -221,12 +233,15 @@ def layer_cost(kind: str, n: int, d: int, k: int = 3, r: int = 3) -> LayerCost:
       dilated kernels).
     * restricted self-attention (a window of ``r`` positions around each query):
       ``4 n r d`` = O(r n d); ``ceil((n - 1) / ((r - 1) // 2))`` layers (O(n/r)).
+    * separable convolution (not a row of Table 1; Section 4's text): a depthwise kernel
+      ``k`` per channel, ``2 k n d``, then a pointwise ``d x d`` map, ``2 n d^2``:
+      O(k n d + n d^2); the same path length as the convolution with the same kernel.
 
     ``k`` and ``r`` must be odd (a centred window) and at least 3. The projections
     ``W^Q, W^K, W^V, W^O`` (``8 n d^2``) are not in Table 1's self-attention row.
     """
-    if kind not in LAYER_KINDS:
-        raise ValueError(f"kind must be one of {LAYER_KINDS}, got {kind!r}")
+    if kind not in ALL_LAYER_KINDS:
+        raise ValueError(f"kind must be one of {ALL_LAYER_KINDS}, got {kind!r}")
     for name, value in (("n", n), ("d", d), ("k", k), ("r", r)):
         _check_positive_int(name, value)
     for name, value in (("k", k), ("r", r)):
@@ -236,10 +251,12 @@ def layer_cost(kind: str, n: int, d: int, k: int = 3, r: int = 3) -> LayerCost:
         return LayerCost(kind, 4 * n * n * d, 1, 1)
     if kind == "recurrent":
         return LayerCost(kind, 4 * n * d * d, n, n)
-    reach = ((k if kind == "convolutional" else r) - 1) // 2  # positions per side per layer
+    reach = ((r if kind == "restricted" else k) - 1) // 2  # positions per side per layer
     hops = max(1, math.ceil((n - 1) / reach))
     if kind == "convolutional":
         return LayerCost(kind, 2 * k * n * d * d, 1, hops)
+    if kind == "separable":
+        return LayerCost(kind, 2 * k * n * d + 2 * n * d * d, 1, hops)
     return LayerCost(kind, 4 * n * r * d, 1, hops)
 
 
@@ -249,6 +266,36 @@ def crossover_length(d: int) -> float:
     smaller than the representation dimensionality d")."""
     _check_positive_int("d", d)
     return float(d)
+
+
+def encoder_layer_flops(n: int, d_model: int, d_ff: int) -> dict[str, int]:
+    """FLOPs of one encoder layer on one sequence of ``n`` positions, by part:
+
+    * ``"projections"``: ``W^Q, W^K, W^V, W^O``, ``8 n d_model^2``;
+    * ``"attention"``: the scores ``Q K^T`` and the weighted sum ``A V``, ``4 n^2 d_model``
+      (the only terms in ``n^2``; the heads split ``d_model``, not the work);
+    * ``"feed-forward"``: two ``d_model x d_ff`` maps, ``4 n d_model d_ff``.
+
+    Matrix products only, as ``FlopCounterMode`` counts them (biases, softmax and
+    LayerNorm are element-wise and left out).
+    """
+    for name, value in (("n", n), ("d_model", d_model), ("d_ff", d_ff)):
+        _check_positive_int(name, value)
+    return {
+        "projections": 8 * n * d_model * d_model,
+        "attention": 4 * n * n * d_model,
+        "feed-forward": 4 * n * d_model * d_ff,
+    }
+
+
+def quadratic_half_length(d_model: int, d_ff: int) -> int:
+    """The ``n`` at which attention's ``n^2`` terms are exactly half of an encoder layer's
+    FLOPs (:func:`encoder_layer_flops`): ``4 n^2 d = 8 n d^2 + 4 n d d_ff`` gives
+    ``n = 2 d_model + d_ff``. Below it the per-position maps cost more, above it attention.
+    """
+    _check_positive_int("d_model", d_model)
+    _check_positive_int("d_ff", d_ff)
+    return 2 * d_model + d_ff
 
 
 # ---------------------------------------------------- the layers that Table 1 counts
@@ -324,6 +371,29 @@ class Conv1dLayer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv(x.transpose(1, 2)).transpose(1, 2)  # (B, n, d) -> (B, d, n) and back
+
+
+class SeparableConv1dLayer(nn.Module):
+    """A depthwise-separable convolution over the sequence: ``(B, n, d) -> (B, n, d)``.
+
+    Each channel has its own kernel of odd width ``k`` (``groups = d``: ``2 k n d``
+    FLOPs), then one ``d x d`` map mixes the channels at each position (``2 n d^2``):
+    O(k n d + n d^2), as in Section 4 of the paper. No biases.
+    """
+
+    def __init__(self, d_model: int, k: int = 3):
+        super().__init__()
+        _check_positive_int("d_model", d_model)
+        _check_positive_int("k", k)
+        if k % 2 == 0:
+            raise ValueError(f"k must be odd (a kernel centred on the position), got {k}")
+        self.depthwise = nn.Conv1d(d_model, d_model, k, padding=k // 2, groups=d_model,
+                                   bias=False)
+        self.pointwise = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mixed = self.depthwise(x.transpose(1, 2)).transpose(1, 2)  # (B, n, d): per channel
+        return self.pointwise(mixed)  # (B, n, d): across channels
 
 
 def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
