@@ -303,3 +303,103 @@ def test_date_explorer_redraws_for_every_beam_and_explains_bad_input(monkeypatch
     assert "Cannot read this input: Type a date" in out
     assert "Cannot read this input: the input is too long" in out
     assert len(plt.get_fignums()) <= 1
+
+
+# ------------------------------------------------ batch statistics, ablations, warm-up, figure
+
+
+def test_batchnorm_mixes_sequences_layernorm_does_not():
+    from aiayn.architecture import cross_sample_effect, masked_batch_norm
+
+    torch.manual_seed(0)
+    x, others = torch.randn(4, 5, 8, dtype=torch.float64), torch.randn(3, 5, 8, dtype=torch.float64)
+    assert cross_sample_effect(nn.LayerNorm(8, dtype=torch.float64), x, others) == 0.0
+    bn = nn.BatchNorm1d(8, dtype=torch.float64).eval()
+    assert cross_sample_effect(bn, x, others) > 0.05 and not bn.training  # mode restored
+    keep = torch.ones(4, 5, dtype=torch.bool)
+    keep[:, 3:] = False  # two padding positions per sequence
+    padded = x.clone()
+    padded[:, 3:] = 0.0
+    real = masked_batch_norm(padded, keep)[:, :3]
+    alone = masked_batch_norm(x[:, :3], torch.ones(4, 3, dtype=torch.bool))
+    assert (real - alone).abs().max() < 1e-12  # padding no longer moves the real tokens
+    assert cross_sample_effect(lambda b: masked_batch_norm(b, torch.ones(b.shape[:2], dtype=torch.bool)),
+                               x, others) > 0.05  # the other sequences still do
+    with pytest.raises(ValueError, match=r"others must be \(B - 1, T, d\)"):
+        cross_sample_effect(bn, x, others[:2])
+    with pytest.raises(ValueError, match="keep must be a bool tensor"):
+        masked_batch_norm(x, keep.int())
+
+
+def test_stack_variants_and_gradient_flow():
+    from aiayn.architecture import (
+        VARIANTS,
+        decoder_gradient_flow,
+        stack_variant,
+        token_spread,
+    )
+
+    src, tgt = _batch(8)
+    config = date_config(TOK, n_layers=4)
+    models = {v: stack_variant(config, v).double() for v in VARIANTS}
+    weights = [m.decoder.layers[0].self_attn.w_q.weight for m in models.values()]
+    assert all(torch.equal(w, weights[0]) for w in weights)  # the same weights in all four
+    assert models["Pre-LN"].config.norm_first
+    assert not any(isinstance(m, nn.LayerNorm) for m in models["no LayerNorm"].decoder.layers.modules())
+    x = torch.randn(2, 5, 64, dtype=torch.float64)
+    layer = models["no residual"].encoder.layers[0]
+    assert torch.allclose(layer(x), layer.norm2(layer.feed_forward(layer.norm1(layer.self_attn(x, x, x)))))
+    flow = decoder_gradient_flow(models["Post-LN"], src, tgt)
+    assert len(flow["layer_input"]) == 4 and len(flow["norm_gain"]) == len(flow["inv_scale"]) == 12
+    assert all(0 < g < 1.5 for g in flow["norm_gain"])
+    assert all(p.grad is None for p in models["Post-LN"].parameters())
+    keep = src != TOK.pad_id
+    with torch.no_grad():
+        same = torch.ones(2, 5, 3, dtype=torch.float64)
+        assert abs(token_spread(same, torch.ones(2, 5, dtype=torch.bool))) < 1e-12
+        assert 0 < token_spread(models["Pre-LN"].encode(src), keep) <= 2
+    with pytest.raises(ValueError, match="variant must be one of"):
+        stack_variant(config, "Sandwich-LN")
+    with pytest.raises(TypeError, match="config must be a TransformerConfig"):
+        stack_variant({}, "Post-LN")
+    with pytest.raises(ValueError, match="keep must have shape"):
+        token_spread(same, keep)
+
+
+def test_train_warmup_run_is_the_recipe_with_a_factor():
+    from aiayn.architecture import train_warmup_run
+
+    config = date_config(TOK)
+    ours, h = train_warmup_run(config, TOK, 3, warmup=5, batch=8)
+    theirs, h2 = train_date_model(config, TOK, 3, warmup=5, batch=8)
+    assert h["loss"] == h2["loss"]
+    _, low = train_warmup_run(config, TOK, 3, warmup=5, ramp=False, batch=8, factor=0.1)
+    assert low["lr"] == pytest.approx([0.1 * no_ramp_lr(s, 64, 5) for s in (1, 2, 3)])
+    with pytest.raises(ValueError, match="factor must be positive"):
+        train_warmup_run(config, TOK, 3, factor=0)
+    with pytest.raises(ValueError, match="n_steps must be a positive int"):
+        train_warmup_run(config, TOK, 0)
+
+
+def test_plot_architecture_writes_the_config_and_its_counts():
+    import matplotlib.pyplot as plt
+
+    from aiayn import TransformerConfig, count_parameters
+    from aiayn.architecture import plot_architecture
+
+    for config in (TransformerConfig.base(), date_config(TOK, n_layers=3, norm_first=True)):
+        fig = plot_architecture(config)
+        texts = " ".join(t.get_text() for ax in fig.axes for t in [*ax.texts, ax.title])
+        with torch.device("meta"):
+            model = Transformer(config)
+        for n in (count_parameters(model), count_parameters(model.encoder.layers[0]),
+                  count_parameters(model.decoder.layers[0])):
+            assert f"{n:,}" in texts
+        assert f"N = {config.n_layers} ×" in texts and f"d_ff = {config.d_ff}" in texts
+        assert f"h = {config.n_heads} heads" in texts and f"d_model = {config.d_model}" in texts
+        plt.close(fig)
+    assert "(Pre-LN)" in texts and "3,152,384" in " ".join(
+        t.get_text() for t in plot_architecture(TransformerConfig.base()).axes[0].texts)
+    with pytest.raises(TypeError, match="config must be a TransformerConfig"):
+        plot_architecture({"d_model": 512})
+    plt.close("all")
