@@ -168,3 +168,36 @@ def test_cross_attention_rows_sum_to_one():
     assert all(torch.allclose(m.sum(-1), torch.ones(3, 2, 4)) for m in maps)
     # The hooks are gone afterwards.
     assert not model.decoder.layers[0].cross_attn._forward_hooks
+
+
+def test_beam_search_trace_shows_every_step_and_changes_nothing():
+    model, src = _model(seed=5, dtype=torch.float64), _src(1, seed=6)  # ends within max_len
+    steps = []
+    traced = beam_search(model, src, BOS, EOS, beam_size=3, max_len=12, alpha=0.6, trace=steps)
+    assert traced == beam_search(model, src, BOS, EOS, beam_size=3, max_len=12, alpha=0.6)
+    assert steps and all(set(step) == {"alive", "finished"} for step in steps)
+    memory_mask = padding_mask(src, 0)
+    memory = model.encode(src, memory_mask)
+
+    def log_prob(tokens):  # teacher-forced log P of <bos> + tokens
+        tgt = torch.tensor([[BOS, *tokens]])
+        logits = model.decode(tgt[:, :-1], memory, memory_mask, tgt_mask=causal_mask(len(tokens)))
+        return torch.log_softmax(logits, -1).gather(-1, tgt[:, 1:, None]).sum().item()
+
+    for t, step in enumerate(steps, start=1):
+        scores = [s for _, s in step["alive"]]
+        assert len(scores) <= 3 and scores == sorted(scores, reverse=True)
+        for tokens, logp in step["alive"]:
+            assert len(tokens) == t and EOS not in tokens
+            assert logp == pytest.approx(log_prob(tokens), abs=1e-9)
+        for tokens, logp, score in step["finished"]:
+            assert len(tokens) == t - 1
+            assert logp == pytest.approx(log_prob([*tokens, EOS]), abs=1e-9)
+            assert score == pytest.approx(logp / length_penalty(t, 0.6))
+    ended = [(h, s) for step in steps for h, _, s in step["finished"]]
+    assert all(hyp in ended for hyp in traced)
+    batch = []
+    beam_search_batch(model, _src(2, seed=8), BOS, EOS, beam_size=2, max_len=12, trace=batch)
+    assert all(len(step) == 2 for step in batch)  # one entry per source
+    with pytest.raises(TypeError, match="trace must be a list"):
+        beam_search(model, src, BOS, EOS, trace=())

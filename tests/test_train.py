@@ -185,3 +185,28 @@ def test_average_state_dicts_is_the_elementwise_mean():
         average_state_dicts([])
     with pytest.raises(ValueError, match="same keys"):
         average_state_dicts([a, {"x": torch.zeros(1)}])
+
+
+def test_label_smoothing_can_leave_out_ids_that_are_never_targets():
+    k, eps, never = 9, 0.1, (0, 1)  # e.g. <pad> and <bos>
+    targets = torch.tensor([[3, 7, 0], [2, 8, 0]])  # 0: padding, ignored
+    q = smoothed_targets(targets[:, :2], k, eps, exclude=never).double()
+    assert torch.allclose(q.sum(-1), torch.ones(2, 2, dtype=torch.float64))
+    assert (q[..., list(never)] == 0).all()
+    assert abs(q[0, 0, 3].item() - (1 - eps + eps / (k - 2))) < 1e-7
+    # the loss is the cross-entropy with that target, and its floor that of k - 2 ids
+    logits = torch.randn(2, 3, k, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    ours = label_smoothed_cross_entropy(logits, targets, eps, ignore_index=0, exclude=never)
+    ref = -(q * torch.log_softmax(logits[:, :2], -1)).sum(-1).mean()
+    assert abs(ours.item() - ref.item()) < 1e-6
+    at_q = label_smoothed_cross_entropy(q.log(), targets[:, :2], eps, exclude=never)
+    assert abs(at_q.item() - smoothing_floor(k - 2, eps)) < 1e-6
+    assert smoothing_floor(k - 2, eps) < smoothing_floor(k, eps)
+    # the default is unchanged: every id gets eps / k
+    assert torch.equal(smoothed_targets(targets, k, eps, exclude=()), smoothed_targets(targets, k, eps))
+    with pytest.raises(ValueError, match="exclude must hold class ids"):
+        smoothed_targets(targets, k, eps, exclude=(k,))
+    with pytest.raises(ValueError, match="a target id is in exclude"):
+        label_smoothed_cross_entropy(logits, targets, eps, ignore_index=-100, exclude=never)
+    with pytest.raises(ValueError, match="at least 2"):
+        smoothed_targets(targets, k, eps, exclude=range(1, k))

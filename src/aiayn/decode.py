@@ -123,6 +123,7 @@ def beam_search(
     max_len: int = 50,
     alpha: float = 0.6,
     use_cache: bool = False,
+    trace: list | None = None,
 ) -> list[tuple[list[int], float]]:
     """Beam search for one source ``src`` ``(1, S)`` (Section 6.1: beam 4, alpha 0.6).
 
@@ -131,11 +132,15 @@ def beam_search(
     Stops when ``beam_size`` hypotheses are finished and no live prefix can still beat
     the best. Returns ``(tokens, score)`` pairs, best first; tokens exclude ``<bos>`` and
     ``<eos>``. ``beam_size = 1`` is greedy decoding. :func:`beam_search_batch` does the
-    same for a batch of sources at once; ``use_cache`` as there."""
+    same for a batch of sources at once; ``use_cache`` and ``trace`` as there."""
     _check_model_src(model, src)
     if src.shape[0] != 1:
         raise ValueError(f"beam_search decodes one source at a time, got batch {src.shape[0]}")
-    return beam_search_batch(model, src, bos_id, eos_id, beam_size, max_len, alpha, use_cache)[0]
+    steps = [] if isinstance(trace, list) else trace  # anything else: an error below
+    hyps = beam_search_batch(model, src, bos_id, eos_id, beam_size, max_len, alpha, use_cache, steps)[0]
+    if trace is not None:
+        trace.extend(step[0] for step in steps)
+    return hyps
 
 
 @torch.no_grad()
@@ -148,6 +153,7 @@ def beam_search_batch(
     max_len: int = 50,
     alpha: float = 0.6,
     use_cache: bool = False,
+    trace: list | None = None,
 ) -> list[list[tuple[list[int], float]]]:
     """:func:`beam_search` for every row of ``src`` ``(B, S)`` (padded) at once: one
     decoder call per step for all ``B * beam_size`` live prefixes. Returns one list of
@@ -157,10 +163,17 @@ def beam_search_batch(
     With ``use_cache`` each step feeds only the newest token of every prefix and reuses
     the cached keys and values of the earlier ones (:meth:`~aiayn.model.Transformer.decode_step`),
     reordered as the beams are: the same hypotheses, scores equal up to rounding, at a
-    cost per step that does not grow with the prefix."""
+    cost per step that does not grow with the prefix.
+
+    ``trace``: a list to which each step appends, per source, a dict with ``alive`` (the
+    kept prefixes as ``(tokens, log P)``, best first) and ``finished`` (the prefixes that
+    ended with ``<eos>`` at this step, as ``(tokens, log P, score)``), for showing the
+    search; it changes nothing else."""
     _check_model_src(model, src)
     if not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
+    if trace is not None and not isinstance(trace, list):
+        raise TypeError(f"trace must be a list (or None), got {type(trace).__name__}")
     model.eval()
     B, k = src.shape[0], beam_size
     memory_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S)
@@ -185,6 +198,7 @@ def beam_search_batch(
         parents = torch.arange(B * k, device=src.device)  # dead beams: keep any row ...
         tokens = torch.full((B * k,), bos_id, dtype=torch.long, device=src.device)
         next_scores = torch.full((B, k), -math.inf, dtype=torch.float64, device=src.device)
+        ended = [[] for _ in range(B)]  # (tokens, log P, score) that end at this step
         for b in range(B):  # ... with score -inf, so it is never chosen
             if done[b]:
                 continue
@@ -196,6 +210,7 @@ def beam_search_batch(
                 if token == eos_id:
                     hyp = alive[b * k + beam, 1:].tolist()
                     finished[b].append((hyp, score / length_penalty(len(hyp) + 1, alpha)))
+                    ended[b].append((hyp, score, finished[b][-1][1]))
                 elif kept < k:
                     parents[b * k + kept], tokens[b * k + kept] = b * k + beam, token
                     next_scores[b, kept] = score
@@ -205,6 +220,8 @@ def beam_search_batch(
             best_possible = next_scores[b].max().item() / length_penalty(max_len, alpha)
             if kept == 0 or (len(finished[b]) >= k and finished[b][0][1] >= best_possible):
                 done[b] = True
+        if trace is not None:
+            trace.append(_trace_step(alive[parents], tokens, next_scores, ended))
         if all(done):
             break
         alive = torch.cat([alive[parents], tokens[:, None]], dim=1)  # (B k, t + 1)
@@ -219,6 +236,15 @@ def beam_search_batch(
             finished[b] = sorted(((t, s / length_penalty(len(t), alpha)) for t, s in rows),
                                  key=lambda h: -h[1])
     return [hyps[:k] for hyps in finished]
+
+
+def _trace_step(prefixes, tokens, scores, ended) -> list[dict]:
+    """One step of a beam-search trace: per source, its kept and its ended prefixes."""
+    B, k = scores.shape
+    rows = torch.cat([prefixes, tokens[:, None]], dim=1)[:, 1:].tolist()  # without <bos>
+    return [{"alive": [(rows[b * k + j], s) for j, s in enumerate(scores[b].tolist())
+                       if s > -math.inf],
+             "finished": ended[b]} for b in range(B)]
 
 
 @torch.no_grad()

@@ -7,7 +7,7 @@ loop itself stays this short.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -81,21 +81,43 @@ def fit(
 # ------------------------------------------ chapter 7: the paper's training recipe (Section 5)
 
 
-def smoothed_targets(targets: torch.Tensor, n_classes: int, epsilon: float = 0.1) -> torch.Tensor:
+def _allowed(n_classes: int, exclude) -> torch.Tensor:
+    """Boolean ``(n_classes,)``: the ids label smoothing spreads ``epsilon`` over."""
+    ids = [int(i) for i in exclude]
+    if any(not 0 <= i < n_classes for i in ids):
+        raise ValueError(f"exclude must hold class ids in [0, {n_classes}), got {ids}")
+    allowed = torch.ones(n_classes, dtype=torch.bool)
+    allowed[ids] = False
+    if allowed.sum() < 2:
+        raise ValueError(f"exclude must leave at least 2 of the {n_classes} classes, got {ids}")
+    return allowed
+
+
+def smoothed_targets(
+    targets: torch.Tensor, n_classes: int, epsilon: float = 0.1, exclude: Sequence[int] = ()
+) -> torch.Tensor:
     """Label smoothing (Section 5.4): ``(1 - epsilon) * one_hot + epsilon / n_classes``.
 
-    ``targets`` ``(...)`` class ids -> ``(..., n_classes)`` distributions. This spreads
-    ``epsilon`` uniformly over *all* classes (Szegedy et al., 2016), the convention of
-    :func:`torch.nn.functional.cross_entropy` with ``label_smoothing``."""
+    ``targets`` ``(...)`` class ids -> ``(..., n_classes)`` distributions. By default this
+    spreads ``epsilon`` uniformly over *all* classes (Szegedy et al., 2016), the convention
+    of :func:`torch.nn.functional.cross_entropy` with ``label_smoothing``. ``exclude``
+    (e.g. the ``<pad>`` and ``<bos>`` ids, never a target) gets nothing: ``epsilon`` is
+    spread over the other ``n_classes - len(exclude)`` classes."""
     if not 0.0 <= epsilon < 1.0:
         raise ValueError(f"epsilon must be in [0, 1), got {epsilon}")
     one_hot = torch.nn.functional.one_hot(targets, n_classes).to(torch.get_default_dtype())
-    return (1 - epsilon) * one_hot + epsilon / n_classes
+    if not exclude:
+        return (1 - epsilon) * one_hot + epsilon / n_classes
+    allowed = _allowed(n_classes, exclude).to(one_hot)  # 1.0 where epsilon goes
+    if (one_hot * (1 - allowed)).any():
+        raise ValueError("a target id is in exclude: the smoothing would give it nothing")
+    return (1 - epsilon) * one_hot + epsilon * allowed / allowed.sum()
 
 
 def smoothing_floor(n_classes: int, epsilon: float = 0.1) -> float:
     """The smallest label-smoothed loss any prediction can reach: the entropy of the
     smoothed target, ``-(1-eps+eps/K) log(1-eps+eps/K) - (K-1) (eps/K) log(eps/K)``.
+    (With ids excluded from the smoothing, ``K`` is the number of ids that remain.)
 
     It is reached by predicting the smoothed target itself; a perfectly confident
     prediction does *worse* (its loss grows without bound as it grows more certain)."""
@@ -108,14 +130,19 @@ def smoothing_floor(n_classes: int, epsilon: float = 0.1) -> float:
 
 
 def label_smoothed_cross_entropy(
-    logits: torch.Tensor, targets: torch.Tensor, epsilon: float = 0.1, ignore_index: int = -100
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    epsilon: float = 0.1,
+    ignore_index: int = -100,
+    exclude: Sequence[int] = (),
 ) -> torch.Tensor:
     """Mean cross-entropy between ``softmax(logits)`` and the smoothed targets.
 
     ``logits`` ``(..., K)``, ``targets`` ``(...)``; positions whose target is
     ``ignore_index`` (padding) count for nothing. Equals
     ``F.cross_entropy(logits, targets, ignore_index=..., label_smoothing=epsilon)``,
-    written out: ``(1 - eps) * NLL + eps * mean_k(-log p_k)``."""
+    written out: ``(1 - eps) * NLL + eps * mean_k(-log p_k)``. With ``exclude`` the mean
+    runs over the other ids only (:func:`smoothed_targets`)."""
     if logits.shape[:-1] != targets.shape:
         raise ValueError(
             f"logits (..., K) and targets (...) must agree, got {tuple(logits.shape)} "
@@ -128,6 +155,11 @@ def label_smoothed_cross_entropy(
         raise ValueError("every target is ignore_index: nothing to compute a loss on")
     log_p = torch.log_softmax(logits[keep], dim=-1)  # (N, K) over the kept positions
     nll = -log_p.gather(-1, targets[keep][:, None])[:, 0]  # -log p(correct)
+    if exclude:
+        allowed = _allowed(logits.shape[-1], exclude).to(logits.device)
+        if (~allowed[targets[keep]]).any():
+            raise ValueError("a target id is in exclude: the smoothing would give it nothing")
+        log_p = log_p[:, allowed]  # (N, K - len(exclude))
     uniform = -log_p.mean(dim=-1)  # cross-entropy with the uniform distribution
     return ((1 - epsilon) * nll + epsilon * uniform).mean()
 
