@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 from aiayn import Decoder, Encoder, MultiHeadAttention, causal_mask
-from aiayn.architecture import torch_transformer
-from aiayn.complexity import peak_memory_bytes, saved_tensor_bytes, time_stats
+from aiayn.experiments.measurement import peak_memory_bytes, saved_tensor_bytes, time_stats
+from aiayn.inspection import torch_transformer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -278,23 +278,23 @@ def bench_attention_paths(
 
 
 def _find_cached_greedy():
-    """``aiayn.decode``'s greedy decoder, if it exists and takes a cache switch."""
-    if importlib.util.find_spec("aiayn.decode") is None:
-        return None, "aiayn.decode does not exist yet"
-    module = importlib.import_module("aiayn.decode")
+    """``aiayn.learning.decode``'s greedy decoder, if it exists and takes a cache switch."""
+    if importlib.util.find_spec("aiayn.learning.decode") is None:
+        return None, "aiayn.learning.decode does not exist yet"
+    module = importlib.import_module("aiayn.learning.decode")
     fn = getattr(module, "greedy_decode", None)
     if fn is None:
-        return None, "aiayn.decode has no greedy_decode"
+        return None, "aiayn.learning.decode has no greedy_decode"
     params = inspect.signature(fn).parameters
     switch = next((p for p in ("use_cache", "cache") if p in params), None)
     if switch is None:
-        return None, "aiayn.decode.greedy_decode has no use_cache switch"
+        return None, "aiayn.learning.decode.greedy_decode has no use_cache switch"
     return (fn, switch), ""
 
 
 def bench_decoding(*args, **kwargs) -> list[Row]:
     """Greedy decoding with cached keys/values / without; a row that says why if
-    ``aiayn.decode`` (written in parallel with this script) is missing or fails."""
+    ``aiayn.learning.decode`` (written in parallel with this script) is missing or fails."""
     try:
         return _bench_decoding(*args, **kwargs)
     except Exception as error:  # noqa: BLE001 - report, do not lose the other rows
@@ -356,7 +356,7 @@ def bench_training_to_accuracy(target: float = 0.99, max_steps: int = 5000,
     """Wall-clock training time until chapter 7's model reaches ``target`` exact match on
     the held-out dates (greedy, current weights, checked every 100 steps; the checks
     are not timed). One thread on a CPU, as in chapter 7."""
-    from aiayn.recipes import train_to_accuracy
+    from aiayn.learning.recipes import train_to_accuracy
 
     device = torch.device(device)
     run = train_to_accuracy(target, max_steps=max_steps, device=device,

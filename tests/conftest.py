@@ -22,7 +22,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from aiayn.architecture import to_torch_names  # noqa: E402
+from aiayn.inspection import to_torch_names  # noqa: E402
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 

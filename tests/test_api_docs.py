@@ -1,4 +1,5 @@
-"""Every public name of ``aiayn`` is documented, and the API page covers every module."""
+"""Every public name of ``aiayn`` is documented, and the API page covers every module of the
+package and of its subpackages (each subpackage has a docstring; its modules hold the names)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import pytest
 import aiayn
 
 API_PAGE = Path(__file__).resolve().parents[1] / "book" / "api.md"
-MODULES = sorted(m.name for m in pkgutil.iter_modules(aiayn.__path__) if not m.name.startswith("_"))
+_WALK = list(pkgutil.walk_packages(aiayn.__path__, prefix="aiayn."))
+MODULES = sorted(m.name.removeprefix("aiayn.") for m in _WALK
+                 if not m.ispkg and not m.name.rsplit(".", 1)[1].startswith("_"))
+SUBPACKAGES = sorted(m.name.removeprefix("aiayn.") for m in _WALK if m.ispkg)
 
 
 def public_names(module_name: str) -> list[str]:
@@ -41,7 +45,7 @@ def test_module_declares_and_documents_its_public_names(module_name):
 
 @pytest.mark.parametrize("module_name", MODULES)
 def test_api_page_includes_every_module(module_name):
-    directives = re.findall(r"\.\. automodule:: (aiayn\.\w+)", API_PAGE.read_text())
+    directives = re.findall(r"\.\. automodule:: (aiayn[.\w]+)", API_PAGE.read_text())
     assert f"aiayn.{module_name}" in directives, f"book/api.md lacks aiayn.{module_name}"
 
 
@@ -50,3 +54,9 @@ def test_top_level_names_are_documented_in_their_modules():
         obj = getattr(aiayn, name)
         home = obj.__module__.removeprefix("aiayn.")
         assert name in public_names(home), f"aiayn.{name} is not in aiayn.{home}.__all__"
+
+
+def test_subpackages_are_found_and_say_what_they_hold():
+    assert SUBPACKAGES == ["experiments", "figures", "learning", "train"]
+    for name in SUBPACKAGES:
+        assert inspect.getdoc(importlib.import_module(f"aiayn.{name}")), f"aiayn.{name}: no docstring"

@@ -1,4 +1,5 @@
-"""aiayn.architecture and aiayn.recipes: chapter 6's measurements and chapter 7's recipe."""
+"""aiayn.inspection, aiayn.experiments.normalization and aiayn.learning.recipes: chapter 6's
+measurements, the bridge to torch.nn.Transformer, and chapter 7's recipe."""
 
 from __future__ import annotations
 
@@ -8,19 +9,21 @@ import torch
 from torch import nn
 
 from aiayn import Transformer
-from aiayn.architecture import (
-    ATTENTION_KINDS,
-    attention_maps,
+from aiayn.experiments.normalization import (
     layer_gradient_norms,
     layer_norm,
     normalize,
     padding_effect,
+)
+from aiayn.inspection import (
+    ATTENTION_KINDS,
+    attention_maps,
     to_torch_names,
     torch_reference_logits,
     torch_transformer,
 )
-from aiayn.data import date_batch, date_pairs, date_tokenizer
-from aiayn.recipes import (
+from aiayn.learning.data import date_batch, date_pairs, date_tokenizer
+from aiayn.learning.recipes import (
     date_batch_fn,
     date_config,
     date_test_pairs,
@@ -29,7 +32,7 @@ from aiayn.recipes import (
     train_date_model,
     train_to_accuracy,
 )
-from aiayn.train import noam_lr
+from aiayn.learning.training import noam_lr
 
 TOK = date_tokenizer()
 
@@ -192,9 +195,9 @@ def test_train_date_model_with_and_without_ramp():
 
 
 def test_train_to_accuracy_stops_at_the_target(monkeypatch):
-    import aiayn.recipes
+    import aiayn.learning.recipes
 
-    monkeypatch.setattr(aiayn.recipes, "exact_match", lambda *a, **k: 1.0)
+    monkeypatch.setattr(aiayn.learning.recipes, "exact_match", lambda *a, **k: 1.0)
     run = train_to_accuracy(0.99, eval_every=3, max_steps=30)
     assert run["steps"] == 3 and run["exact"] == 1.0 and run["seconds"] > 0
     with pytest.raises(ValueError, match=r"target must be in \(0, 1\]"):
@@ -207,7 +210,11 @@ def test_train_to_accuracy_stops_at_the_target(monkeypatch):
 def test_chapter6_plots():
     import matplotlib.pyplot as plt
 
-    from aiayn.viz import plot_gradient_norms, plot_model_attention, plot_training_runs
+    from aiayn.figures.encoder_decoder import (
+        plot_gradient_norms,
+        plot_model_attention,
+        plot_training_runs,
+    )
 
     ax = plot_gradient_norms({"Post-LN": {"encoder": [1, 2], "decoder": [0.1, 3]}})
     assert len(ax.lines[0].get_xdata()) == 4 and ax.get_yscale() == "log"
@@ -234,18 +241,18 @@ def test_encoder_decoder_explorer_redraws_every_kind(monkeypatch, capsys):
     pytest.importorskip("ipywidgets")
     import matplotlib.pyplot as plt
 
-    import aiayn.viz
-    from aiayn.widgets import encoder_decoder_explorer
+    import aiayn.figures.encoder_decoder
+    from aiayn.figures.encoder_decoder import encoder_decoder_explorer
 
     calls = []
-    original = aiayn.viz.plot_model_attention
+    original = aiayn.figures.encoder_decoder.plot_model_attention
 
     def recording(maps, kind, layer, head, source, target, ax=None):
         ax = original(maps, kind, layer, head, source, target, ax)
         calls.append((kind, layer, head, np.isfinite(ax.images[0].get_array()).all()))
         return ax
 
-    monkeypatch.setattr(aiayn.viz, "plot_model_attention", recording)
+    monkeypatch.setattr(aiayn.figures.encoder_decoder, "plot_model_attention", recording)
     model = _model(dtype=torch.float32).eval()
     box = encoder_decoder_explorer(model, TOK, "Nov 29, 2026")
     (text, kind), (layer, head) = box.children[0].children, box.children[1].children
@@ -265,12 +272,12 @@ def test_date_explorer_redraws_for_every_beam_and_explains_bad_input(monkeypatch
     pytest.importorskip("ipywidgets")
     import matplotlib.pyplot as plt
 
-    import aiayn.decode
-    import aiayn.viz
-    from aiayn.widgets import date_explorer
+    import aiayn.figures.translation
+    import aiayn.learning.decode
+    from aiayn.figures.translation import date_explorer
 
     asked, drawn = [], []
-    translate, plot_translation = aiayn.decode.translate, aiayn.viz.plot_translation
+    translate, plot_translation = aiayn.learning.decode.translate, aiayn.figures.translation.plot_translation
 
     def recording_translate(model, tokenizer, text, beam_size=1, max_len=30):
         asked.append((text, beam_size))
@@ -282,8 +289,8 @@ def test_date_explorer_redraws_for_every_beam_and_explains_bad_input(monkeypatch
                       np.isfinite(np.asarray(result["attention"])).all()))
         return fig
 
-    monkeypatch.setattr(aiayn.decode, "translate", recording_translate)
-    monkeypatch.setattr(aiayn.viz, "plot_translation", recording_plot)
+    monkeypatch.setattr(aiayn.learning.decode, "translate", recording_translate)
+    monkeypatch.setattr(aiayn.figures.translation, "plot_translation", recording_plot)
     model = _model(dtype=torch.float32).eval()  # untrained: any answer will do
     box = date_explorer(model, TOK, "Nov 29, 2026")
     text, beam = box.children[0].children
@@ -309,7 +316,7 @@ def test_date_explorer_redraws_for_every_beam_and_explains_bad_input(monkeypatch
 
 
 def test_batchnorm_mixes_sequences_layernorm_does_not():
-    from aiayn.architecture import cross_sample_effect, masked_batch_norm
+    from aiayn.experiments.normalization import cross_sample_effect, masked_batch_norm
 
     torch.manual_seed(0)
     x, others = torch.randn(4, 5, 8, dtype=torch.float64), torch.randn(3, 5, 8, dtype=torch.float64)
@@ -332,7 +339,7 @@ def test_batchnorm_mixes_sequences_layernorm_does_not():
 
 
 def test_stack_variants_and_gradient_flow():
-    from aiayn.architecture import (
+    from aiayn.experiments.normalization import (
         VARIANTS,
         decoder_gradient_flow,
         stack_variant,
@@ -367,7 +374,7 @@ def test_stack_variants_and_gradient_flow():
 
 
 def test_train_warmup_run_is_the_recipe_with_a_factor():
-    from aiayn.architecture import train_warmup_run
+    from aiayn.experiments.normalization import train_warmup_run
 
     config = date_config(TOK)
     ours, h = train_warmup_run(config, TOK, 3, warmup=5, batch=8)
@@ -385,7 +392,7 @@ def test_plot_architecture_writes_the_config_and_its_counts():
     import matplotlib.pyplot as plt
 
     from aiayn import TransformerConfig, count_parameters
-    from aiayn.architecture import plot_architecture
+    from aiayn.figures.encoder_decoder import plot_architecture
 
     for config in (TransformerConfig.base(), date_config(TOK, n_layers=3, norm_first=True)):
         fig = plot_architecture(config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aiayn.batching import BatchStream, EncodedPairs, token_batches
+from aiayn.train.batching import BatchStream, EncodedPairs, token_batches
 
 
 def _lengths(n=500, seed=0):

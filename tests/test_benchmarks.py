@@ -24,7 +24,7 @@ def bench():
 def test_torch_transformer_copy_matches_ours(bench):
     torch.manual_seed(0)
     ours = bench.Stacks(16, 2, 32, 2)
-    theirs = bench.torch_transformer(ours)  # aiayn.architecture's bridge
+    theirs = bench.torch_transformer(ours)  # aiayn.inspection's bridge
     src, tgt = torch.randn(2, 5, 16), torch.randn(2, 4, 16)
     assert bench.check_parity(ours, theirs, src, tgt) < 1e-5
     with torch.no_grad():

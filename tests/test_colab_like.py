@@ -18,8 +18,8 @@ URL. These tests rebuild that situation:
 In that environment each notebook runs under strict ``pytest --nbval`` (with
 ``tests/nbval_sanitize.cfg``): one execution proves both that the chapter runs the
 way a Colab reader runs it and that it reproduces the outputs committed with it,
-which are what the HTML book shows. The explorer unit tests (every function of
-``aiayn.widgets``) run there too, under ipywidgets 7; ``make unit`` runs them under
+which are what the HTML book shows. The explorer unit tests (every explorer of
+``aiayn.figures``) run there too, under ipywidgets 7; ``make unit`` runs them under
 the newest ipywidgets (8) in ``.venv``. A test checks that the environment really has
 Colab's versions. ``make nbval`` runs these tests.
 
@@ -246,23 +246,28 @@ def test_the_environment_has_colabs_python_and_versions(colab_python):
 # ------------------------------------------------- the explorers under ipywidgets 7
 
 def _widget_explorers() -> list[str]:
-    """The names in aiayn.widgets.__all__ (read from the source: no import needed)."""
-    tree = ast.parse((REPO / "src" / "aiayn" / "widgets.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise AssertionError("aiayn/widgets.py has no __all__")
+    """The explorers: the names ending in ``_explorer`` in the ``__all__`` of the modules of
+    aiayn.figures (read from the source: no import needed)."""
+    names = []
+    for path in sorted((REPO / "src" / "aiayn" / "figures").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__"
+                                                    for t in node.targets):
+                names += [n for n in ast.literal_eval(node.value) if n.endswith("_explorer")]
+    assert names, "aiayn.figures declares no explorer"
+    return names
 
 
 def _explorer_tests() -> dict[str, set[str]]:
-    """{pytest node id: the explorers it imports from aiayn.widgets}, over tests/test_*.py."""
+    """{pytest node id: the explorers it imports from aiayn.figures}, over tests/test_*.py."""
     explorers, found = set(_widget_explorers()), {}
     for path in sorted((REPO / "tests").glob("test_*.py")):
         for node in ast.parse(path.read_text()).body:
             if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
                 continue
             names = {alias.name for sub in ast.walk(node)
-                     if isinstance(sub, ast.ImportFrom) and sub.module == "aiayn.widgets"
+                     if isinstance(sub, ast.ImportFrom)
+                     and (sub.module or "").startswith("aiayn.figures.")
                      for alias in sub.names} & explorers
             if names:
                 found[f"tests/{path.name}::{node.name}"] = names

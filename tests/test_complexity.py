@@ -1,4 +1,5 @@
-"""aiayn.complexity: timing, power-law fits, and the critical-path count."""
+"""aiayn.experiments.costs and aiayn.experiments.measurement: Table 1's costs, timing,
+power-law fits, and the critical-path count."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 import torch
 
 from aiayn import MultiHeadAttention
-from aiayn.complexity import critical_path_length, fit_power_law, time_call
-from aiayn.rnn import RNN
+from aiayn.experiments.measurement import critical_path_length, fit_power_law, time_call
+from aiayn.experiments.recurrence import RNN
 
 
 def test_time_call_counts_and_returns_the_median():
@@ -81,18 +82,20 @@ def test_critical_path_recurrence_against_attention():
 
 # ------------------------------------------------------------------ Table 1 and memory
 
-from aiayn.complexity import (  # noqa: E402
+from aiayn.experiments.costs import (  # noqa: E402
     LAYER_KINDS,
     Conv1dLayer,
     attention_core,
-    count_flops,
     crossover_length,
-    dependency_matrix,
-    hops_to_connect,
     layer_cost,
-    peak_memory_bytes,
     recurrent_core,
     restricted_attention_core,
+)
+from aiayn.experiments.measurement import (  # noqa: E402
+    count_flops,
+    dependency_matrix,
+    hops_to_connect,
+    peak_memory_bytes,
     saved_tensor_bytes,
     time_stats,
 )
@@ -197,7 +200,7 @@ def test_time_stats_orders_its_numbers():
 
 
 def test_crossing_point():
-    from aiayn.complexity import crossing_point
+    from aiayn.experiments.measurement import crossing_point
 
     n = [64, 128, 256, 512, 1024]
     quadratic = [v * v for v in n]
@@ -211,7 +214,7 @@ def test_crossing_point():
 def test_chapter8_plots_and_explorer():
     import matplotlib.pyplot as plt
 
-    from aiayn.viz import plot_hops, plot_layer_costs, plot_measured_costs
+    from aiayn.figures.costs import plot_hops, plot_layer_costs, plot_measured_costs
 
     ax = plot_layer_costs(64, k=5, r=9, n_max=1024)
     assert len(ax.get_lines()) == 4 + 1  # four layers and the n = d line
@@ -223,7 +226,7 @@ def test_chapter8_plots_and_explorer():
     assert len(fig.axes) == 3  # two maps and a colour bar
     plt.close("all")
     pytest.importorskip("ipywidgets")
-    from aiayn.widgets import complexity_explorer
+    from aiayn.figures.costs import complexity_explorer
 
     box = complexity_explorer(d=128)
     width = box.children[0].children[0]
@@ -234,7 +237,7 @@ def test_chapter8_plots_and_explorer():
 
 # ------------------------------------------- separable convolution, whole encoder layer
 
-from aiayn.complexity import (  # noqa: E402
+from aiayn.experiments.costs import (  # noqa: E402
     ALL_LAYER_KINDS,
     SeparableConv1dLayer,
     encoder_layer_flops,

@@ -3,7 +3,7 @@ import datetime
 import pytest
 import torch
 
-from aiayn.data import (
+from aiayn.learning.data import (
     DATE_FORMATS,
     CharTokenizer,
     date_batch,

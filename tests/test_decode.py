@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from aiayn import Transformer, TransformerConfig
-from aiayn.decode import (
+from aiayn.learning.decode import (
     Decoded,
     beam_search,
     beam_search_batch,

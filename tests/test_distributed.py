@@ -19,8 +19,8 @@ import pytest
 import torch
 from conftest import PARITY_MAX
 
-from aiayn import distributed
-from aiayn.cli import main
+from aiayn.train import distributed
+from aiayn.train.cli import main
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
 # A few steps, small batches; dropout stays on (0.1): it is seeded per global batch, so
@@ -153,7 +153,7 @@ def test_help_lists_the_options():
     assert result.returncode == 0
     for flag in ("--max-tokens", "--accum-steps", "--resume", "--keep-last", "--save-every",
                  "--precision", "--train-src", "--valid-tgt", "torchrun", "--tokens-per-step",
-                 "--deterministic", "--vocab-timeout", "python -m aiayn.translate"):
+                 "--deterministic", "--vocab-timeout", "python -m aiayn.train.translate"):
         assert flag in result.stdout
     # What --max-tokens counts cannot be misread: per process, per side, padded, either side.
     text = " ".join(result.stdout.split())
@@ -192,7 +192,7 @@ def test_deterministic_flag_is_accepted_reproducible_and_restored(tmp_path, one_
 
 def _parallel_text(folder: Path, seed: int, n: int = 120) -> tuple[Path, Path]:
     """Two aligned files of n generated 'sentences' (different text for each seed)."""
-    from aiayn.data import date_pairs
+    from aiayn.learning.data import date_pairs
 
     folder.mkdir(parents=True, exist_ok=True)
     pairs = date_pairs(n, seed=seed)
@@ -238,7 +238,7 @@ def test_vocabulary_is_ready_before_the_process_group_is_created(tmp_path, one_t
 
 
 def test_waiting_rank_names_the_file_and_the_fix(tmp_path, monkeypatch):
-    from aiayn.subword import shared_vocabulary
+    from aiayn.train.subword import shared_vocabulary
 
     monkeypatch.setenv("RANK", "1")
     with pytest.raises(TimeoutError, match=r"rank 1 waited 0.2 s for rank 0 to write the BPE "
@@ -258,7 +258,7 @@ def _free_port() -> int:
 VOCAB_WORKER = textwrap.dedent("""
     import datetime, os, sys, time
     import torch, torch.distributed as dist
-    from aiayn.subword import shared_vocabulary
+    from aiayn.train.subword import shared_vocabulary
     rank, vocab, src, tgt = int(os.environ["RANK"]), *sys.argv[1:]
     if rank == 0:
         time.sleep(4)  # longer than the group's timeout below

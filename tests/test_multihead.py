@@ -1,4 +1,4 @@
-"""aiayn.multihead (chapter 4): the per-head loop, torch parity, cost formulas, the tiny
+"""aiayn.experiments.heads (chapter 4): the per-head loop, torch parity, cost formulas, the tiny
 encoder and its attention maps, the head measures; the two-relation task; the plots and the
 head explorer."""
 
@@ -13,8 +13,7 @@ from conftest import DTYPES, assert_parity, randomize_
 from torch import nn
 
 from aiayn import EncoderLayer, MultiHeadAttention, causal_mask
-from aiayn.data import IGNORE_INDEX, two_relation_labels, two_relation_task
-from aiayn.multihead import (
+from aiayn.experiments.heads import (
     TinyEncoder,
     attention_cost,
     attention_entropy,
@@ -26,6 +25,7 @@ from aiayn.multihead import (
     permute_heads,
     to_torch_multihead_attention,
 )
+from aiayn.learning.data import IGNORE_INDEX, two_relation_labels, two_relation_task
 
 
 def inputs(batch=2, t_len=5, s_len=7, d_model=12, dtype=torch.float64, seed=0):
@@ -285,7 +285,7 @@ def trained_like_maps():
 def test_plots():
     import matplotlib.pyplot as plt
 
-    from aiayn.viz import plot_head_maps, plot_head_masses, plot_head_view
+    from aiayn.figures.heads import plot_head_maps, plot_head_masses, plot_head_view
 
     model, tokens, matching = trained_like_maps()
     maps = model.attention_maps(tokens)  # (L, B, H, T, T)
@@ -314,11 +314,11 @@ def test_head_explorer_redraws_at_the_extremes(monkeypatch):
     pytest.importorskip("ipywidgets")
     import matplotlib.pyplot as plt
 
-    import aiayn.viz
-    from aiayn.widgets import head_explorer
+    import aiayn.figures.heads
+    from aiayn.figures.heads import head_explorer
 
     calls = []
-    original = aiayn.viz.plot_head_view
+    original = aiayn.figures.heads.plot_head_view
 
     def recording(maps, labels, layer, head, matching):
         fig = original(maps, labels, layer, head, matching)
@@ -326,7 +326,7 @@ def test_head_explorer_redraws_at_the_extremes(monkeypatch):
         calls.append((layer, head, np.isfinite(image).all()))
         return fig
 
-    monkeypatch.setattr(aiayn.viz, "plot_head_view", recording)
+    monkeypatch.setattr(aiayn.figures.heads, "plot_head_view", recording)
     model, tokens, matching = trained_like_maps()
     one_head = TinyEncoder(16, 16, d_model=16, n_heads=1, n_layers=1, d_ff=16, max_len=8)
     labels = [two_relation_labels(row) for row in tokens]

@@ -11,17 +11,21 @@ import torch
 from conftest import assert_parity
 from matplotlib.figure import Figure
 
-import aiayn.viz
+import aiayn.figures.positions
 from aiayn import EncoderLayer, MultiHeadAttention, offset_matrix, sinusoidal_encoding
-from aiayn.data import IGNORE_INDEX, previous_token_task
-from aiayn.extrapolation import (
+from aiayn.experiments.extrapolation import (
     PositionProbe,
     accuracy_by_length,
     accuracy_by_position,
     train_probe,
 )
+from aiayn.figures.positions import (
+    plot_accuracy_curves,
+    plot_positional_encoding,
+    plot_positional_view,
+)
+from aiayn.learning.data import IGNORE_INDEX, previous_token_task
 from aiayn.positional import LearnedPositionalEncoding, frequencies, wavelengths
-from aiayn.viz import plot_accuracy_curves, plot_positional_encoding, plot_positional_view
 
 F64 = torch.float64
 
@@ -255,10 +259,10 @@ def test_positional_explorer_redraws_at_the_extremes(monkeypatch):
     import ipywidgets
     import matplotlib.pyplot as plt
 
-    from aiayn.widgets import positional_explorer
+    from aiayn.figures.positions import positional_explorer
 
     calls = []
-    original = aiayn.viz.plot_positional_view
+    original = aiayn.figures.positions.plot_positional_view
 
     def recording_view(*args, **kwargs):
         fig = original(*args, **kwargs)
@@ -266,7 +270,7 @@ def test_positional_explorer_redraws_at_the_extremes(monkeypatch):
         calls.append((args[:2], all(np.isfinite(y).all() for y in ys)))
         return fig
 
-    monkeypatch.setattr(aiayn.viz, "plot_positional_view", recording_view)
+    monkeypatch.setattr(aiayn.figures.positions, "plot_positional_view", recording_view)
     box = positional_explorer(d_model=16, n_positions=40)
     assert isinstance(box, ipywidgets.Widget)
     position, dimension = box.children[0].children

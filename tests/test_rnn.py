@@ -1,5 +1,5 @@
-"""aiayn.rnn: the recurrent layer against torch.nn.RNN, the gradient measurements of
-chapter 1, the recall readers; the recall task (aiayn.data); the chapter's plot and
+"""aiayn.experiments.recurrence: the recurrent layer against torch.nn.RNN, the gradient measurements of
+chapter 1, the recall readers; the recall task (aiayn.learning.data); the chapter's plot and
 explorer."""
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ import torch
 from conftest import DTYPES, assert_parity
 from torch import nn
 
-import aiayn.viz
+import aiayn.figures.recurrence
 from aiayn import MultiHeadAttention
-from aiayn.data import recall_task
-from aiayn.rnn import (
+from aiayn.experiments.recurrence import (
     RNN,
     AttentionReader,
     LSTMReader,
@@ -29,6 +28,7 @@ from aiayn.rnn import (
     scale_to_spectral_radius,
     spectral_radius,
 )
+from aiayn.learning.data import recall_task
 
 B, T, D_IN, D = 3, 7, 5, 6
 
@@ -297,7 +297,7 @@ def test_generation_with_state_equals_rereading():
 
 
 def test_plot_gradient_decay():
-    ax = aiayn.viz.plot_gradient_decay([0.5, 2.0], length=40, d_model=16)
+    ax = aiayn.figures.recurrence.plot_gradient_decay([0.5, 2.0], length=40, d_model=16)
     solid = [line for line in ax.get_lines() if line.get_linestyle() == "-"]
     assert len(solid) == 3  # two curves and the line at 1
     for line in solid[:2]:
@@ -305,24 +305,24 @@ def test_plot_gradient_decay():
     assert solid[0].get_ydata()[-1] < 1e-9 < 1 < solid[1].get_ydata()[-1]
     assert "rate" in ax.get_legend().get_texts()[0].get_text()
     with pytest.raises(ValueError, match="radii must hold at least one spectral radius"):
-        aiayn.viz.plot_gradient_decay([])
+        aiayn.figures.recurrence.plot_gradient_decay([])
 
 
 def test_gradient_decay_explorer_extremes(monkeypatch):
     pytest.importorskip("ipywidgets")
     import matplotlib.pyplot as plt
 
-    from aiayn.widgets import gradient_decay_explorer
+    from aiayn.figures.recurrence import gradient_decay_explorer
 
     calls = []
-    original = aiayn.viz.plot_gradient_decay
+    original = aiayn.figures.recurrence.plot_gradient_decay
 
     def recording(radii, length, *args, **kwargs):
         ax = original(radii, length, *args, **kwargs)
         calls.append((radii[0], length, np.isfinite(ax.get_lines()[0].get_ydata()).all()))
         return ax
 
-    monkeypatch.setattr(aiayn.viz, "plot_gradient_decay", recording)
+    monkeypatch.setattr(aiayn.figures.recurrence, "plot_gradient_decay", recording)
     box = gradient_decay_explorer(d_model=16)
     radius, length = box.children[0].children
     for r, n in ((radius.min, length.min), (radius.min, length.max),

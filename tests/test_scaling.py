@@ -1,4 +1,4 @@
-"""aiayn.scaling: the variance argument for 1/sqrt(d_k), the softmax Jacobian, the
+"""aiayn.experiments.variance: the variance argument for 1/sqrt(d_k), the softmax Jacobian, the
 attention reader of chapter 3, its task (data.py), plot (viz.py) and explorer."""
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
-import aiayn.viz
+import aiayn.figures.variance
 from aiayn import scaled_dot_product_attention
-from aiayn.data import marked_token_task
-from aiayn.scaling import (
+from aiayn.experiments.variance import (
     AttentionReader,
     attention_gradient_norms,
     attention_score_rows,
@@ -25,7 +24,12 @@ from aiayn.scaling import (
     softmax_stats,
     variance_with_se,
 )
-from aiayn.viz import plot_dot_product_variance, plot_scaling_training, plot_scaling_view
+from aiayn.figures.variance import (
+    plot_dot_product_variance,
+    plot_scaling_training,
+    plot_scaling_view,
+)
+from aiayn.learning.data import marked_token_task
 
 
 def gen(seed=0):
@@ -215,7 +219,7 @@ def test_attention_gradient_norms_agree_with_backward():
 
 
 def test_scaled_reader_learns_the_task_and_unscaled_lags():
-    from aiayn.train import fit
+    from aiayn.learning.training import fit
 
     # A tiny model: one thread is as fast, and immune to a busy machine.
     threads = torch.get_num_threads()
@@ -268,10 +272,10 @@ def test_plot_scaling_training_marks_diverged_runs():
 
 def test_scaling_explorer_redraws_at_the_extremes(monkeypatch):
     pytest.importorskip("ipywidgets")
-    from aiayn.widgets import scaling_explorer
+    from aiayn.figures.variance import scaling_explorer
 
     calls = []
-    original = aiayn.viz.plot_scaling_view
+    original = aiayn.figures.variance.plot_scaling_view
 
     def recording_view(d_k, scaled, **kwargs):
         fig = original(d_k, scaled, n_rows=100, **{k: v for k, v in kwargs.items()
@@ -280,7 +284,7 @@ def test_scaling_explorer_redraws_at_the_extremes(monkeypatch):
         calls.append((d_k, scaled, bool(np.isfinite(jac).all())))
         return fig
 
-    monkeypatch.setattr(aiayn.viz, "plot_scaling_view", recording_view)
+    monkeypatch.setattr(aiayn.figures.variance, "plot_scaling_view", recording_view)
     box = scaling_explorer()
     d_k, scaled = box.children[0].children
     assert calls == [(64, True, True)]

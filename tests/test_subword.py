@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.data import date_pairs
-from aiayn.subword import SubwordTokenizer, read_parallel, train_subword_tokenizer
+from aiayn.learning.data import date_pairs
+from aiayn.train.subword import SubwordTokenizer, read_parallel, train_subword_tokenizer
 
 pytest.importorskip("tokenizers")
 
@@ -51,7 +51,7 @@ def test_round_trip_of_every_line(corpus, tmp_path):
 def test_save_is_atomic_and_shared_vocabulary_learns_once(corpus, tmp_path, monkeypatch):
     import os
 
-    from aiayn.subword import shared_vocabulary
+    from aiayn.train.subword import shared_vocabulary
 
     path = tmp_path / "tokenizer.json"
     replaced = []
@@ -115,7 +115,7 @@ def one_thread():
 
 def test_text_training_end_to_end(corpus, tmp_path, one_thread):
     """The command on user text: the vocabulary lands beside the checkpoints, BLEU is reported."""
-    from aiayn.cli import main
+    from aiayn.train.cli import main
 
     out = tmp_path / "run"
     summary = main([
@@ -128,7 +128,7 @@ def test_text_training_end_to_end(corpus, tmp_path, one_thread):
     assert (out / "tokenizer.json").is_file() and (out / "checkpoint_00000002.pt").is_file()
     assert summary["step"] == 2 and 0.0 <= summary["eval"]["bleu"] <= 100.0
     tokenizer = SubwordTokenizer.load(out / "tokenizer.json")
-    from aiayn.train import load_checkpoint
+    from aiayn.learning.training import load_checkpoint
 
     model, _ = load_checkpoint(out / "checkpoint_00000002.pt")
     assert model.config.src_vocab == len(tokenizer)

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.train import fit
+from aiayn.learning.training import fit
 
 
 def _regression_batch(step: int):
@@ -43,7 +43,7 @@ def test_fit_stops_on_a_non_finite_loss():
 import math  # noqa: E402
 
 from aiayn import Transformer, TransformerConfig  # noqa: E402
-from aiayn.train import (  # noqa: E402
+from aiayn.learning.training import (  # noqa: E402
     Seq2SeqTrainer,
     label_smoothed_cross_entropy,
     load_checkpoint,
@@ -173,7 +173,7 @@ def test_checkpoint_round_trip_gives_identical_outputs(tmp_path):
 
 
 def test_average_state_dicts_is_the_elementwise_mean():
-    from aiayn.train import average_state_dicts
+    from aiayn.learning.training import average_state_dicts
 
     a, b = _tiny_model(seed=1).state_dict(), _tiny_model(seed=2).state_dict()
     avg = average_state_dicts([a, b])

@@ -1,4 +1,4 @@
-"""``python -m aiayn.translate`` on runs of ``python -m aiayn.train``: averaged checkpoints,
+"""``python -m aiayn.train.translate`` on runs of ``python -m aiayn.train``: averaged checkpoints,
 batched cached beam search, one line out per line in, and the training run's scores."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.cli import main as train
-from aiayn.data import date_pairs, date_tokenizer
-from aiayn.decode import beam_search
+from aiayn.learning.data import date_pairs, date_tokenizer
+from aiayn.learning.decode import beam_search
 from aiayn.model import Transformer, TransformerConfig
-from aiayn.translate import load_run, main, run, score_translations, translate_lines
+from aiayn.train.cli import main as train
+from aiayn.train.translate import load_run, main, run, score_translations, translate_lines
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # A tiny model, a few steps: enough to emit some characters, not to be right.
@@ -83,7 +83,7 @@ def test_translations_and_score_match_decoding_the_averaged_model_directly(run_d
 def test_command_reads_stdin_writes_stdout_and_reports_on_stderr(run_dir, tmp_path):
     sources, _, _, _ = _inputs(tmp_path, n=5)
     result = subprocess.run(
-        [sys.executable, "-m", "aiayn.translate", "--run-dir", str(run_dir), "--average", "2"],
+        [sys.executable, "-m", "aiayn.train.translate", "--run-dir", str(run_dir), "--average", "2"],
         input="".join(s + "\n" for s in sources), env=ENV, capture_output=True, text=True,
         timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -108,7 +108,7 @@ def test_bad_input_is_refused_with_a_clear_message(run_dir, tmp_path):
     with pytest.raises(ValueError, match="--average must be a positive int"):
         load_run(run_dir, average=0)
     # The command's entry point: a one-line message and exit status 1, not a traceback.
-    with pytest.raises(SystemExit, match="^python -m aiayn.translate: error: --run-dir .*: no "):
+    with pytest.raises(SystemExit, match="^python -m aiayn.train.translate: error: --run-dir .*: no "):
         run(["--run-dir", str(tmp_path)])
 
 

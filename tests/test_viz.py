@@ -12,8 +12,9 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-import aiayn.viz
-from aiayn import plot_attention, plot_attention_view, plot_weight_bars, use_book_style
+import aiayn.figures.attention
+from aiayn.figures.attention import plot_attention, plot_attention_view, plot_weight_bars
+from aiayn.figures.style import use_book_style
 
 TOKENS = ["the", "cat", "sat", "down"]
 
@@ -132,10 +133,10 @@ def test_attention_explorer_redraws_at_the_extremes(monkeypatch):
     pytest.importorskip("ipywidgets")
     import ipywidgets
 
-    from aiayn.widgets import attention_explorer
+    from aiayn.figures.attention import attention_explorer
 
     calls = []
-    original = aiayn.viz.plot_attention_view
+    original = aiayn.figures.attention.plot_attention_view
 
     def recording_view(*args, **kwargs):
         fig = original(*args, **kwargs)
@@ -143,7 +144,7 @@ def test_attention_explorer_redraws_at_the_extremes(monkeypatch):
         calls.append((args[4:], np.isfinite(heatmap).all()))
         return fig
 
-    monkeypatch.setattr(aiayn.viz, "plot_attention_view", recording_view)
+    monkeypatch.setattr(aiayn.figures.attention, "plot_attention_view", recording_view)
     q, k, v = qkv()
     box = attention_explorer(TOKENS, q, k, v)
     assert isinstance(box, ipywidgets.Widget)
@@ -172,7 +173,7 @@ def test_attention_explorer_redraws_at_the_extremes(monkeypatch):
 
 def test_attention_explorer_bad_tokens():
     pytest.importorskip("ipywidgets")
-    from aiayn.widgets import attention_explorer
+    from aiayn.figures.attention import attention_explorer
 
     q, k, v = qkv()
     with pytest.raises(ValueError, match="got 3 tokens for 4 query rows"):

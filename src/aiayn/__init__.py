@@ -4,12 +4,12 @@ Every formula the book teaches lives here once, tested against ``torch.nn``.
 """
 
 from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .inspection import attention_maps
 from .layers import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward
 from .masks import causal_mask, padding_mask
 from .model import Transformer, TransformerConfig, count_parameters
 from .positional import PositionalEncoding, offset_matrix, sinusoidal_encoding
 from .utils import get_device, glue, set_seed
-from .viz import plot_attention, plot_attention_view, plot_weight_bars, use_book_style
 
 __version__ = "0.1.0"
 
@@ -20,5 +20,5 @@ __all__ = [
     "Transformer", "TransformerConfig", "count_parameters",
     "PositionalEncoding", "sinusoidal_encoding", "offset_matrix",
     "get_device", "glue", "set_seed",
-    "plot_attention", "plot_attention_view", "plot_weight_bars", "use_book_style",
+    "attention_maps",
 ]

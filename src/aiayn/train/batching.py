@@ -77,7 +77,7 @@ class EncodedPairs:
 
     def tensors(self, indices, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """``(src, tgt)`` right-padded ``(B, S)`` and ``(B, T)`` int64 tensors of ``indices``."""
-        from .data import pad_batch
+        from ..learning.data import pad_batch
 
         rows = [self[int(i)] for i in indices]
         return pad_batch([s for s, _ in rows], pad_id), pad_batch([t for _, t in rows], pad_id)

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import scaled_dot_product_attention
-from .utils import check_tensor
+from ..attention import scaled_dot_product_attention
+from ..utils import check_tensor
 
 __all__ = [
     "dot_product_samples",

@@ -1,8 +1,8 @@
-"""``python -m aiayn.translate``: translate with a run of ``python -m aiayn.train``.
+"""``python -m aiayn.train.translate``: translate with a run of ``python -m aiayn.train``.
 
 One command turns a training run's folder into translations and a score::
 
-    python -m aiayn.translate --run-dir runs/base --input newstest2014.en \\
+    python -m aiayn.train.translate --run-dir runs/base --input newstest2014.en \\
         --output newstest2014.hyp.de --reference newstest2014.de
 
 It loads the last ``--average`` checkpoints of ``--run-dir`` (5 by default) and averages
@@ -40,7 +40,7 @@ __all__ = [
 
 def _run_tokenizer(run_dir: Path, state: dict):
     if state.get("vocab") == "date_tokenizer":
-        from .data import date_tokenizer
+        from ..learning.data import date_tokenizer
 
         return date_tokenizer()
     from .subword import SubwordTokenizer
@@ -56,9 +56,9 @@ def load_run(run_dir: str | Path, average: int = 5, device: str | torch.device =
     ``device``; ``tokenizer`` is the run's vocabulary; ``task`` is ``"dates"`` or
     ``"text"``. Only the model weights are read from the checkpoint files (memory-mapped),
     not the optimizer's state. Checkpoints are trusted files: they are unpickled."""
+    from ..learning.training import average_state_dicts
+    from ..model import Transformer, TransformerConfig
     from .distributed import list_checkpoints
-    from .model import Transformer, TransformerConfig
-    from .train import average_state_dicts
 
     run_dir = Path(run_dir)
     if not isinstance(average, int) or average < 1:
@@ -80,12 +80,12 @@ def load_run(run_dir: str | Path, average: int = 5, device: str | torch.device =
 @torch.no_grad()
 def translate_lines(model, tokenizer, lines: list[str], beam_size: int = 4, alpha: float = 0.6,
                     batch_size: int = 64, extra_len: int = 50) -> list[str]:
-    """Translate each of ``lines``: beam search (:func:`aiayn.decode.beam_search_batch`,
+    """Translate each of ``lines``: beam search (:func:`aiayn.learning.decode.beam_search_batch`,
     cached) with at most ``len(source ids) + extra_len`` output tokens (Section 6.1), on
     batches of at most ``batch_size`` sources of equal length. Returns one string per
     line, in order, with no newline in it. Raises ``ValueError`` naming a line that the
     vocabulary cannot encode or that is longer than the model's ``max_len``."""
-    from .decode import beam_search_batch
+    from ..learning.decode import beam_search_batch
 
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"--batch-size must be a positive int, got {batch_size!r}")
@@ -141,9 +141,9 @@ def evaluate(model, tokenizer, pairs: list[tuple[str, str]], task: str, autocast
     ``valid_loss`` (teacher forcing, per target token), ``valid_pairs``, and the
     :func:`score_translations` of greedy, cached decoding (cheaper than beam search, so
     it can run often during training). ``autocast`` makes the precision context."""
-    from .data import pad_batch
-    from .decode import greedy_decode
-    from .train import teacher_forcing_step
+    from ..learning.data import pad_batch
+    from ..learning.decode import greedy_decode
+    from ..learning.training import teacher_forcing_step
 
     if not pairs:
         return {}
@@ -167,9 +167,9 @@ def evaluate(model, tokenizer, pairs: list[tuple[str, str]], task: str, autocast
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``argparse.ArgumentParser`` of ``python -m aiayn.translate`` (see ``--help``)."""
+    """The ``argparse.ArgumentParser`` of ``python -m aiayn.train.translate`` (see ``--help``)."""
     p = argparse.ArgumentParser(
-        prog="python -m aiayn.translate",
+        prog="python -m aiayn.train.translate",
         description="Translate with a model trained by python -m aiayn.train: average its last "
         "checkpoints, beam-search every input line, optionally score against references.",
         epilog="The score is sacreBLEU's (detokenized) or, for the date task, exact match. The "
@@ -205,7 +205,7 @@ def _read(path: Path | None, argument: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Run ``python -m aiayn.translate`` with ``argv``; write the translations and return a
+    """Run ``python -m aiayn.train.translate`` with ``argv``; write the translations and return a
     summary: ``sentences``, ``checkpoints`` (the steps averaged), ``task``, and with
     ``--reference`` the score (``bleu`` and its sacreBLEU ``bleu_signature``, or
     ``exact_match``)."""
@@ -234,13 +234,13 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def run(argv: list[str] | None = None) -> None:
-    """Entry point of ``python -m aiayn.translate``: :func:`main`, with the summary as one
+    """Entry point of ``python -m aiayn.train.translate``: :func:`main`, with the summary as one
     JSON line on standard error, and bad input reported as
-    ``python -m aiayn.translate: error: <message>`` (exit status 1), not a traceback."""
+    ``python -m aiayn.train.translate: error: <message>`` (exit status 1), not a traceback."""
     try:
         summary = main(argv)
     except (ValueError, FileNotFoundError, ImportError) as error:
-        raise SystemExit(f"python -m aiayn.translate: error: {error}") from None
+        raise SystemExit(f"python -m aiayn.train.translate: error: {error}") from None
     print(json.dumps(summary), file=sys.stderr)
 
 

@@ -320,7 +320,7 @@ def load_checkpoint(
     """Rebuild the model saved by :func:`save_checkpoint`; returns ``(model, state)``.
 
     The model is in eval mode, on ``map_location``."""
-    from .model import Transformer, TransformerConfig
+    from ..model import Transformer, TransformerConfig
 
     path = Path(path)
     if not path.is_file():
@@ -346,8 +346,3 @@ def average_state_dicts(states: list[dict]) -> dict:
         for k in keys
     }
 
-
-if __name__ == "__main__":  # python -m aiayn.train / torchrun -m aiayn.train: see aiayn.cli
-    from aiayn.cli import run
-
-    run()

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import torch
 
+from ..model import Transformer, TransformerConfig
 from .data import DATE_FORMATS, CharTokenizer, date_batch, date_pairs, date_split, format_date
-from .model import Transformer, TransformerConfig
-from .train import Seq2SeqTrainer, noam_lr
+from .training import Seq2SeqTrainer, noam_lr
 
 __all__ = [
     "date_config",
@@ -86,7 +86,7 @@ def exact_match(
 
 def no_ramp_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
     """The paper's schedule with its warm-up ramp removed: the peak rate from step 1,
-    then the same inverse-square-root decay (equal to :func:`~aiayn.train.noam_lr` from
+    then the same inverse-square-root decay (equal to :func:`~aiayn.learning.training.noam_lr` from
     step ``warmup`` on)."""
     return noam_lr(max(step, warmup), d_model, warmup, factor)
 

@@ -3,7 +3,7 @@
 The paper chose sinusoids over a learned table of positions because "it may allow the
 model to extrapolate to sequence lengths longer than the ones encountered during
 training". Chapter 5 tests that with two small encoders that differ only in their
-position signal, trained on :func:`aiayn.data.previous_token_task` with lengths up to
+position signal, trained on :func:`aiayn.learning.data.previous_token_task` with lengths up to
 ``train_len`` and evaluated on every length up to twice that.
 """
 
@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .data import IGNORE_INDEX, previous_token_task
-from .layers import EncoderLayer
-from .positional import LearnedPositionalEncoding, PositionalEncoding
-from .train import fit
-from .utils import check_tokens
+from ..layers import EncoderLayer
+from ..learning.data import IGNORE_INDEX, previous_token_task
+from ..learning.training import fit
+from ..positional import LearnedPositionalEncoding, PositionalEncoding
+from ..utils import check_tokens
 
 __all__ = ["PositionProbe", "train_probe", "accuracy_by_length", "accuracy_by_position"]
 
@@ -81,7 +81,7 @@ def train_probe(
     lr: float = 3e-3,
     seed: int = 0,
 ) -> list[float]:
-    """Train on :func:`~aiayn.data.previous_token_task` with lengths drawn from
+    """Train on :func:`~aiayn.learning.data.previous_token_task` with lengths drawn from
     ``[min_len, train_len]``, a new length each step; returns the loss of each step.
 
     Positions ``>= train_len`` never occur, so a learned table's rows there get no

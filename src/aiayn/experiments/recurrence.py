@@ -4,7 +4,7 @@
 Besides the layer, this module holds what chapter 1 measures with it: how the gradient
 ``dh_n/dh_t`` shrinks or grows with the distance ``n - t`` (a product of ``n - t``
 Jacobians, one per step), the same kind of gradient through a self-attention layer, and
-small readers for the long-range recall task of :func:`aiayn.data.recall_task` (a plain
+small readers for the long-range recall task of :func:`aiayn.learning.data.recall_task` (a plain
 recurrent one, a gated one built on ``torch.nn.LSTM``, and one attention layer).
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
-from .positional import PositionalEncoding
-from .utils import check_tensor, check_tokens
+from ..attention import MultiHeadAttention
+from ..positional import PositionalEncoding
+from ..utils import check_tensor, check_tokens
 
 __all__ = [
     "RNN",

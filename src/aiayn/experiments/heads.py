@@ -23,10 +23,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention, scaled_dot_product_attention
-from .layers import EncoderLayer
-from .positional import PositionalEncoding
-from .utils import check_tensor, check_tokens
+from ..attention import MultiHeadAttention, scaled_dot_product_attention
+from ..layers import EncoderLayer
+from ..positional import PositionalEncoding
+from ..utils import check_tensor, check_tokens
 
 __all__ = [
     "multi_head_attention_loop",

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .architecture import attention_maps
-from .masks import padding_mask
-from .model import Transformer
+from ..inspection import attention_maps
+from ..masks import padding_mask
+from ..model import Transformer
 
 __all__ = [
     "Decoded", "greedy_decode", "beam_search", "beam_search_batch", "length_penalty", "cross_attention", "translate",

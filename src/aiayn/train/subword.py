@@ -21,7 +21,7 @@ import torch
 
 __all__ = ["read_parallel", "SubwordTokenizer", "train_subword_tokenizer", "shared_vocabulary"]
 
-#: Special tokens, in id order; the ids agree with :class:`aiayn.data.CharTokenizer`.
+#: Special tokens, in id order; the ids agree with :class:`aiayn.learning.data.CharTokenizer`.
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 
 
@@ -79,7 +79,7 @@ def read_parallel(
 class SubwordTokenizer:
     """A shared byte-level BPE vocabulary; ids 0-3 are ``<pad> <bos> <eos> <unk>``.
 
-    Same interface as :class:`aiayn.data.CharTokenizer`: ``encode``, ``decode``,
+    Same interface as :class:`aiayn.learning.data.CharTokenizer`: ``encode``, ``decode``,
     ``len()``, ``pad_id``, ``bos_id``, ``eos_id``. Build one with
     :func:`train_subword_tokenizer` or :meth:`load`."""
 
@@ -191,7 +191,7 @@ def shared_vocabulary(
 
     Call it on every rank *before* the process group is created: rank 0 learns and saves
     the vocabulary (atomically), every other rank waits up to ``timeout`` seconds for the
-    file to appear (:func:`aiayn.distributed.wait_for_file`) and then loads it. On
+    file to appear (:func:`aiayn.train.distributed.wait_for_file`) and then loads it. On
     WMT-sized data learning takes minutes, longer than a collective call may wait (NCCL's
     default process-group timeout is 10 minutes); polling a file has no such limit. Every
     rank checks the arguments first, so that bad ones fail everywhere at once."""

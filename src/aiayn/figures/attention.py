@@ -1,0 +1,147 @@
+"""Chapter 2's figures and explorer: an attention map, a query's
+weights as bars, and the explorer that redraws them for a chosen query and temperature.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from .style import _as_2d
+
+__all__ = ["plot_attention", "plot_weight_bars", "plot_attention_view", "attention_explorer"]
+
+
+def plot_attention(
+    weights,
+    row_tokens: Sequence[str] | None = None,
+    col_tokens: Sequence[str] | None = None,
+    ax: plt.Axes | None = None,
+    annotate: bool = True,
+    title: str | None = None,
+) -> plt.Axes:
+    """Heatmap of a ``(T, S)`` attention matrix: row = query token, column = key token."""
+    w = _as_2d(weights)
+    rows = list(row_tokens) if row_tokens is not None else [str(i) for i in range(w.shape[0])]
+    cols = list(col_tokens) if col_tokens is not None else [str(j) for j in range(w.shape[1])]
+    if len(rows) != w.shape[0] or len(cols) != w.shape[1]:
+        raise ValueError(
+            f"got {len(rows)} row and {len(cols)} column labels for weights of shape {w.shape}"
+        )
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.0 + 0.55 * len(cols), 0.8 + 0.45 * len(rows)))
+    image = ax.imshow(w, vmin=0.0, vmax=1.0, cmap="Blues", aspect="auto")
+    ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query")
+    if annotate and w.size <= 144:
+        for (i, j), value in np.ndenumerate(w):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                    color="white" if value > 0.6 else "black")
+    if title:
+        ax.set_title(title)
+    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="weight")
+    return ax
+
+
+def plot_weight_bars(
+    row, tokens: Sequence[str], ax: plt.Axes | None = None, highlight: int | None = None,
+    title: str | None = None,
+) -> plt.Axes:
+    """Bar chart of one query's attention distribution over the keys."""
+    w = _as_2d(np.atleast_2d(row.detach().cpu().numpy() if isinstance(row, torch.Tensor) else row))[0]
+    if len(tokens) != w.shape[0]:
+        raise ValueError(f"got {len(tokens)} tokens for {w.shape[0]} weights")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.0))
+    colors = ["tab:orange" if j == highlight else "tab:blue" for j in range(len(tokens))]
+    ax.bar(range(len(tokens)), w, color=colors)
+    ax.set_xticks(range(len(tokens)), list(tokens), rotation=45, ha="right")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("attention weight")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_attention_view(
+    tokens: Sequence[str],
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    query_index: int = 0,
+    temperature: float = 1.0,
+    causal: bool = False,
+    fig: plt.Figure | None = None,
+) -> plt.Figure:
+    """The chapter-2 explorer's view: the whole weight matrix and one query's row.
+
+    Scores are ``q.k / (sqrt(d_k) * temperature)``: temperature 1 is the paper's
+    scaling, small temperatures sharpen the softmax towards a one-hot row, large
+    ones flatten it towards uniform.
+    """
+    from ..attention import scaled_dot_product_attention
+    from ..masks import causal_mask
+
+    n = len(tokens)
+    if not 0 <= query_index < n:
+        raise ValueError(f"query_index must be in [0, {n - 1}], got {query_index}")
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature}")
+    mask = causal_mask(n, device=query.device) if causal else None
+    scale = 1.0 / (math.sqrt(query.shape[-1]) * temperature)
+    _, weights = scaled_dot_product_attention(query, key, value, mask, scale=scale)
+    if fig is None:
+        fig = plt.figure(figsize=(10, 4))
+    ax_map, ax_bar = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
+    plot_attention(weights, tokens, tokens, ax=ax_map, annotate=n <= 6,
+                   title=f"weights (temperature {temperature:.3g}{', causal' if causal else ''})")
+    ax_map.add_patch(plt.Rectangle((-0.5, query_index - 0.5), n, 1, fill=False,
+                                   edgecolor="tab:orange", linewidth=2))
+    row = weights[query_index]
+    plot_weight_bars(row, tokens, ax=ax_bar, highlight=int(row.argmax()),
+                     title=f"query '{tokens[query_index]}': max {float(row.max()):.2f}")
+    return fig
+
+
+def attention_explorer(
+    tokens: Sequence[str], query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+):
+    """Pick a query token, change the softmax temperature, toggle the causal mask.
+
+    Redraws :func:`aiayn.figures.attention.plot_attention_view` on every change. The temperature
+    slider spans 0.01 to 100 on a log scale; both ends stay finite (the softmax
+    subtracts the row maximum), so no setting produces NaN.
+    Returns the widget box (display it as the last expression of a cell).
+    """
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    if len(tokens) != query.shape[-2]:
+        raise ValueError(f"got {len(tokens)} tokens for {query.shape[-2]} query rows")
+    pick = w.Dropdown(options=[(t, i) for i, t in enumerate(tokens)], value=0, description="query")
+    temperature = w.FloatLogSlider(value=1.0, base=10, min=-2, max=2, step=0.05,
+                                   description="temperature", readout_format=".2f")
+    causal = w.Checkbox(value=False, description="causal mask")
+    out = w.Output()
+
+    def redraw(*_):
+        with out:
+            out.clear_output(wait=True)
+            fig = plot_attention_view(tokens, query, key, value, pick.value,
+                                      temperature.value, causal.value)
+            # display + close, not plt.show(fig): show() takes no figure (TypeError on
+            # non-inline backends), and closing stops every redraw leaking a figure.
+            display(fig)
+            plt.close(fig)
+
+    for control in (pick, temperature, causal):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([pick, temperature, causal]), out])

@@ -1,0 +1,230 @@
+"""Chapter 6's figures and explorer: gradient norms per layer,
+training curves, and every attention map of a trained encoder-decoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from ..model import Transformer, TransformerConfig, count_parameters
+from .attention import plot_attention
+
+__all__ = [
+    "plot_architecture",
+    "plot_gradient_norms",
+    "plot_training_runs",
+    "plot_model_attention",
+    "encoder_decoder_explorer",
+]
+
+
+def plot_architecture(config: TransformerConfig, ax=None):
+    """The paper's Figure 1 drawn from ``config``: embeddings and positions, the
+    ``N`` x encoder and decoder layers with their sub-layers, the output projection and
+    softmax, labelled with ``N``, ``d_model``, ``h``, ``d_ff`` and the parameter counts
+    of :func:`~aiayn.model.count_parameters` (per layer and in all), so the figure cannot
+    disagree with the code. Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    if not isinstance(config, TransformerConfig):
+        raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+    with torch.device("meta"):  # shapes only: the big model costs nothing
+        model = Transformer(config)
+    n_enc, n_dec = (count_parameters(s.layers[0]) for s in (model.encoder, model.decoder))
+    n_embed = count_parameters(model.src_embed)
+    c = config
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8.6, 10.4))
+    ax.set(xlim=(0, 10), ylim=(-0.75, 11.7))
+    ax.axis("off")
+    colors = {"attn": "#fbd9a5", "ffn": "#c7e3f5", "norm": "#f3eea0", "embed": "#f6c6c6",
+              "out": "#d9cdf0", "soft": "#cdeccd"}
+
+    def box(x, y, text, kind, w=3.1, h=0.62):
+        ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.04",
+                                    fc=colors[kind], ec="0.3", lw=1))
+        ax.text(x, y, text, ha="center", va="center", fontsize=8.5)
+
+    def arrow(points, color="0.25"):
+        (*path, (x1, y1)) = points
+        ax.plot([p[0] for p in points[:-1]], [p[1] for p in points[:-1]], color=color, lw=1)
+        ax.annotate("", (x1, y1), path[-1], arrowprops=dict(arrowstyle="-|>", color=color, lw=1))
+
+    add = "Add & Norm" if not c.norm_first else "Add (LayerNorm on the sub-layer's input)"
+    heads = f"h = {c.n_heads} heads, d_k = {c.d_k}"
+    columns = {  # x: (bottom label, [sub-layer, kind] from the bottom up)
+        2.6: ("Inputs (source tokens)", [(f"Multi-head self-attention\n{heads}", "attn"),
+                                         (add, "norm"), (f"Feed-forward\nd_ff = {c.d_ff}", "ffn"),
+                                         (add, "norm")]),
+        7.2: ("Outputs (target, shifted right)", [
+            (f"Masked multi-head self-attention\n{heads}", "attn"), (add, "norm"),
+            (f"Multi-head cross-attention\n{heads}", "attn"), (add, "norm"),
+            (f"Feed-forward\nd_ff = {c.d_ff}", "ffn"), (add, "norm")]),
+    }
+    tops = {}
+    for x, (label, subs) in columns.items():
+        ax.text(x, 0.05, label, ha="center", fontsize=9)
+        box(x, 0.9, f"Embedding × √d_model\n{c.src_vocab:,} × {c.d_model}", "embed")
+        ax.text(x, 1.85, "+", ha="center", va="center", fontsize=14,
+                bbox=dict(boxstyle="circle,pad=0.1", fc="white", ec="0.3"))
+        ax.text(x + 0.35, 1.85, "positional encoding\n(then dropout)", va="center", fontsize=7.5)
+        arrow([(x, 0.3), (x, 0.55)])
+        arrow([(x, 1.25), (x, 1.65)])
+        ys = [3.0 + 1.05 * i for i in range(len(subs))]
+        frame_top = ys[-1] + 0.55
+        ax.add_patch(FancyBboxPatch((x - 1.95, 2.45), 3.9, frame_top - 2.45,
+                                    boxstyle="round,pad=0.05", fc="0.95", ec="0.5", lw=1.2))
+        arrow([(x, 2.07), (x, ys[0] - 0.33)])
+        for i, ((text, kind), y) in enumerate(zip(subs, ys, strict=True)):
+            box(x, y, text, kind)
+            if i:
+                arrow([(x, ys[i - 1] + 0.33), (x, y - 0.33)])
+            if kind == "norm":  # the residual path around the sub-layer below
+                y0 = ys[i - 1] - 0.5
+                arrow([(x, y0), (x + 1.75, y0), (x + 1.75, y), (x + 1.58, y)], color="#b03a2e")
+        n_layer = n_enc if x < 5 else n_dec
+        kind_name = "encoder" if x < 5 else "decoder"
+        ax.text(x, frame_top + 0.2, f"N = {c.n_layers} × {kind_name} layer: "
+                f"{n_layer:,} parameters each", ha="center", fontsize=8.5, weight="bold")
+        tops[x] = (frame_top, ys)
+    (enc_top, _), (dec_top, dec_ys) = tops[2.6], tops[7.2]
+    # memory: the encoder's output feeds every decoder layer's cross-attention
+    arrow([(2.6, enc_top + 0.5), (2.6, enc_top + 1.0), (4.85, enc_top + 1.0),
+           (4.85, dec_ys[2]), (5.65, dec_ys[2])], color="#1f5f99")
+    ax.text(2.6, enc_top + 1.15, "memory (B, S, d_model):\nkeys and values of every\n"
+            "decoder layer's cross-attention", ha="center", va="bottom", fontsize=7.5,
+            color="#1f5f99")
+    tied = " (tied to the embedding)" if c.share_embeddings else ""
+    box(7.2, dec_top + 1.05, f"Linear {c.d_model} → {c.tgt_vocab:,}\n{tied.strip(' ()')}", "out")
+    box(7.2, dec_top + 1.95, "Softmax", "soft", h=0.5)
+    ax.text(7.2, dec_top + 2.6, "Output probabilities", ha="center", fontsize=9)
+    arrow([(7.2, dec_top + 0.45), (7.2, dec_top + 0.74)])
+    arrow([(7.2, dec_top + 1.36), (7.2, dec_top + 1.7)])
+    arrow([(7.2, dec_top + 2.2), (7.2, dec_top + 2.5)])
+    ax.text(5, -0.6, f"Dropout (P_drop = {c.dropout:g}) on every sub-layer's output before "
+            "its Add, and on the sums of embeddings and positions.\nResidual paths in red.",
+            ha="center", fontsize=7.5, color="0.3")
+    placement = "Pre-LN" if c.norm_first else "Post-LN, as in the paper"
+    ax.set_title(
+        f"d_model = {c.d_model}, N = {c.n_layers}, h = {c.n_heads}, d_ff = {c.d_ff}, "
+        f"P_drop = {c.dropout:g} ({placement})\n{count_parameters(model):,} parameters: "
+        f"embedding {n_embed:,}{' (shared)' if c.share_embeddings else ''}, "
+        f"{c.n_layers} × {n_enc:,} + {c.n_layers} × {n_dec:,} in the layers", fontsize=9.5)
+    return ax.figure
+
+
+def plot_gradient_norms(norms: dict, ax: plt.Axes | None = None,
+                        title: str | None = None) -> plt.Axes:
+    """Gradient norm per layer, ``{label: {"encoder": [..], "decoder": [..]}}`` (from
+    :func:`aiayn.experiments.normalization.layer_gradient_norms`): encoder layers 1..N, then decoder
+    layers 1..N, on a log scale."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.6))
+    for label, by_stack in norms.items():
+        n_enc, n_dec = len(by_stack["encoder"]), len(by_stack["decoder"])
+        values = [*by_stack["encoder"], *by_stack["decoder"]]
+        ax.plot(range(1, n_enc + n_dec + 1), values, marker=".", label=label)
+    ax.axvline(n_enc + 0.5, color="0.6", lw=0.8)
+    ax.set_yscale("log")
+    ax.set(xlabel=f"layer (1-{n_enc}: encoder, {n_enc + 1}-{n_enc + n_dec}: decoder)",
+           ylabel="gradient norm of the layer")
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_training_runs(curves: dict, ylabel: str = "label-smoothed loss", smooth: int = 20,
+                       ax: plt.Axes | None = None, title: str | None = None) -> plt.Axes:
+    """Per-step curves ``{label: values}``, each smoothed by a running mean over
+    ``smooth`` steps (a run that stopped early simply ends there)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.6))
+    for label, values in curves.items():
+        y = np.asarray(values, dtype=float)
+        width = max(1, min(smooth, len(y)))
+        mean = np.convolve(y, np.ones(width) / width, mode="valid")
+        ax.plot(np.arange(width, len(y) + 1), mean, label=label)
+    ax.set(xlabel="step", ylabel=ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_model_attention(maps: dict, kind: str, layer: int, head: int | None,
+                         source: Sequence[str], target: Sequence[str],
+                         ax: plt.Axes | None = None) -> plt.Axes:
+    """One map of :func:`aiayn.inspection.attention_maps` (first example of the batch):
+    ``kind`` (encoder self, decoder self, cross), ``layer`` from 0, ``head`` from 0 or
+    None for the mean over heads. ``source`` and ``target`` label the encoder's and the
+    decoder's positions."""
+    if kind not in maps:
+        raise ValueError(f"kind must be one of {list(maps)}, got {kind!r}")
+    n_layers, n_heads = len(maps[kind]), maps[kind][0].shape[1]
+    if not 0 <= layer < n_layers:
+        raise ValueError(f"layer must be in [0, {n_layers - 1}], got {layer}")
+    if head is not None and not 0 <= head < n_heads:
+        raise ValueError(f"head must be None or in [0, {n_heads - 1}], got {head}")
+    weights = maps[kind][layer][0]  # (H, queries, keys)
+    weights = weights.mean(dim=0) if head is None else weights[head]
+    rows = list(source) if kind == "encoder self" else list(target)
+    cols = list(target) if kind == "decoder self" else list(source)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(5.0, 0.3 * len(cols) + 2.5),
+                                      max(3.0, 0.3 * len(rows) + 1.5)))
+    which = "mean of the heads" if head is None else f"head {head + 1}"
+    show = [c if c != " " else "␣" for c in cols]
+    plot_attention(weights, [r if r != " " else "␣" for r in rows], show, ax=ax,
+                   annotate=False, title=f"{kind}, layer {layer + 1}, {which}")
+    return ax
+
+
+def encoder_decoder_explorer(model, tokenizer, text: str = "Nov 29, 2026"):
+    """Chapter 6: every attention map of a trained date model. Type a date; pick the kind
+    of attention (encoder self, decoder self, cross), the layer and the head (or their
+    mean). The decoder reads the model's own greedy answer; input the model cannot read
+    gets a message instead of a map."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from ..inspection import ATTENTION_KINDS, attention_maps
+    from ..learning.decode import translate
+
+    n_layers, n_heads = model.config.n_layers, model.config.n_heads
+    box = w.Text(value=text, description="date", continuous_update=False)
+    kind = w.Dropdown(options=list(ATTENTION_KINDS), value="cross", description="attention")
+    layer = w.Dropdown(options=[(str(i + 1), i) for i in range(n_layers)], value=n_layers - 1,
+                       description="layer")
+    head = w.Dropdown(options=[("mean", None)] + [(str(i + 1), i) for i in range(n_heads)],
+                      value=None, description="head")
+    out = w.Output()
+
+    def redraw(*_):
+        with out:
+            out.clear_output(wait=True)
+            result = translate(model, tokenizer, box.value)
+            if result["error"]:
+                print(f"Cannot read this input: {result['error']}")
+                return
+            device = next(model.parameters()).device
+            src = torch.tensor([tokenizer.encode(box.value)], device=device)
+            answer = tokenizer.encode(result["output"], bos=True, eos=False)
+            maps = attention_maps(model, src, torch.tensor([answer], device=device))
+            target = ["<bos>", *result["output"]]  # what the decoder reads
+            ax = plot_model_attention(maps, kind.value, layer.value, head.value,
+                                      result["source"], target)
+            print(f"{box.value!r} -> {result['output']!r}")
+            display(ax.figure)
+            plt.close(ax.figure)
+
+    for control in (box, kind, layer, head):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([box, kind]), w.HBox([layer, head]), out])

@@ -1,0 +1,208 @@
+"""Chapter 4's figures and explorer: every head's attention map, the mass
+each head puts on a relation, and the explorer over models, layers and heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from .style import _as_2d
+
+__all__ = ["plot_head_maps", "plot_head_masses", "plot_head_view", "head_explorer"]
+
+
+def _mark_relations(ax: plt.Axes, n_rows: int, matching: Sequence[int] | None) -> None:
+    """Outline, in each query row, the previous token (green) and the matching one (orange)."""
+    for t in range(n_rows):
+        if t > 0:
+            ax.add_patch(plt.Rectangle((t - 1.5, t - 0.5), 1, 1, fill=False,
+                                       edgecolor="tab:green", linewidth=1.5))
+        if matching is not None:
+            ax.add_patch(plt.Rectangle((int(matching[t]) - 0.5, t - 0.5), 1, 1, fill=False,
+                                       edgecolor="tab:orange", linewidth=1.5, linestyle="--"))
+
+
+def plot_head_maps(
+    maps: Sequence,
+    tokens: Sequence[str],
+    titles: Sequence[str],
+    matching: Sequence[int] | None = None,
+    fig: plt.Figure | None = None,
+) -> plt.Figure:
+    """One ``(T, T)`` attention map per panel, side by side, with the previous token
+    (green) and the matching token (orange, dashed) outlined in every query row."""
+    if len(maps) != len(titles) or not maps:
+        raise ValueError(f"got {len(maps)} maps and {len(titles)} titles; need one title per map")
+    n = len(tokens)
+    if fig is None:
+        fig = plt.figure(figsize=(3.3 * len(maps) + 0.8, 3.6))
+    axes = np.atleast_1d(fig.subplots(1, len(maps), sharey=True))
+    for ax, weights, title in zip(axes, maps, titles, strict=True):
+        w = _as_2d(weights)
+        if w.shape != (n, n):
+            raise ValueError(f"each map must be ({n}, {n}) for {n} tokens, got {w.shape}")
+        image = ax.imshow(w, vmin=0.0, vmax=1.0, cmap="Blues", aspect="auto")
+        ax.set_xticks(range(n), list(tokens), rotation=90, fontsize=8)
+        ax.set_yticks(range(n), list(tokens), fontsize=8)
+        ax.set_xlabel("key")
+        ax.set_title(title, fontsize=10)
+        _mark_relations(ax, n, matching)
+    axes[0].set_ylabel("query")
+    fig.colorbar(image, ax=list(axes), fraction=0.03, pad=0.02, label="weight")
+    return fig
+
+
+def plot_head_masses(
+    summaries: dict[str, dict[str, float]],
+    measures: Sequence[str] = ("previous", "matching", "itself"),
+    ax: plt.Axes | None = None,
+) -> plt.Axes:
+    """Grouped bars: for each head (a key of ``summaries``), its mean attention mass on
+    the previous token, the matching token and itself (rows of
+    :func:`aiayn.experiments.heads.head_summary`)."""
+    if not summaries:
+        raise ValueError("summaries must name at least one head")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.2))
+    names = list(summaries)
+    width = 0.8 / len(measures)
+    colors = {"previous": "tab:green", "matching": "tab:orange", "itself": "tab:gray"}
+    for i, measure in enumerate(measures):
+        heights = [summaries[name][measure] for name in names]
+        ax.bar(np.arange(len(names)) + (i - (len(measures) - 1) / 2) * width, heights,
+               width, label=measure, color=colors.get(measure))
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("mean attention mass")
+    ax.legend(frameon=False, ncols=len(measures), loc="upper right")
+    return ax
+
+
+def plot_head_view(
+    maps,
+    tokens: Sequence[str],
+    layer: int = 0,
+    head: int = 0,
+    matching: Sequence[int] | None = None,
+    fig: plt.Figure | None = None,
+) -> plt.Figure:
+    """The chapter-4 explorer's view of one input: the map of one head of one layer
+    (``maps`` is ``(L, H, T, T)``), and the share of each query's attention that lands
+    on the previous token, the matching token, itself, and elsewhere."""
+    maps = torch.as_tensor(maps).detach().cpu().double()
+    if maps.dim() != 4 or maps.shape[-1] != maps.shape[-2]:
+        raise ValueError(f"maps must be (layers, heads, T, T), got shape {tuple(maps.shape)}")
+    n_layers, n_heads, n, _ = maps.shape
+    if not 0 <= layer < n_layers:
+        raise ValueError(f"layer must be in [0, {n_layers - 1}], got {layer}")
+    if not 0 <= head < n_heads:
+        raise ValueError(f"head must be in [0, {n_heads - 1}], got {head}")
+    if len(tokens) != n:
+        raise ValueError(f"got {len(tokens)} tokens for maps of {n} positions")
+    w = maps[layer, head]
+    t = torch.arange(n)
+    previous = torch.zeros(n, dtype=w.dtype)
+    previous[1:] = w[t[1:], t[1:] - 1]
+    itself = w.diagonal()
+    match = (w[t, torch.as_tensor(list(matching))] if matching is not None
+             else torch.zeros(n, dtype=w.dtype))
+    other = (1 - previous - itself - match).clamp_min(0)
+    if fig is None:
+        fig = plt.figure(figsize=(10, 4))
+    ax_map, ax_bar = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.05, 1]})
+    image = ax_map.imshow(w.numpy(), vmin=0.0, vmax=1.0, cmap="Blues", aspect="auto")
+    ax_map.set_xticks(range(n), list(tokens), rotation=90, fontsize=8)
+    ax_map.set_yticks(range(n), list(tokens), fontsize=8)
+    ax_map.set_xlabel("key")
+    ax_map.set_ylabel("query")
+    ax_map.set_title(f"layer {layer}, head {head} of {n_heads}")
+    _mark_relations(ax_map, n, matching)
+    fig.colorbar(image, ax=ax_map, fraction=0.046, pad=0.04, label="weight")
+    bottom = np.zeros(n)
+    for part, color, label in ((previous, "tab:green", "previous"),
+                               (match, "tab:orange", "matching"),
+                               (itself, "tab:gray", "itself"),
+                               (other, "lightsteelblue", "elsewhere")):
+        ax_bar.barh(range(n), part.numpy(), left=bottom, color=color, label=label)
+        bottom += part.numpy()
+    ax_bar.set_yticks(range(n), list(tokens), fontsize=8)
+    ax_bar.invert_yaxis()  # same row order as the map
+    ax_bar.set_xlim(0, 1)
+    ax_bar.set_xlabel("share of the query's attention")
+    ax_bar.legend(frameon=False, ncols=4, fontsize=8, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.13))  # below the axis: no bar hidden
+    prev_mean = float(previous[1:].mean()) if n > 1 else 0.0
+    ax_bar.set_title(f"mean: previous {prev_mean:.2f}, matching {float(match.mean()):.2f}")
+    return fig
+
+
+def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[str]],
+                  matching: torch.Tensor | None = None):
+    """Chapter 4: pick a trained model, a layer, a head and an input; the map redraws.
+
+    ``models`` maps a name to a model with an ``attention_maps(tokens)`` method returning
+    ``(L, B, H, T, T)`` (e.g. :class:`aiayn.experiments.heads.TinyEncoder`); ``tokens`` ``(N, T)``
+    are the inputs to choose from, ``labels`` their printed tokens, ``matching`` ``(N, T)``
+    the position of each token's match (outlined in orange). The maps are computed once, so
+    every control only redraws :func:`aiayn.figures.heads.plot_head_view`. Switching the model resets
+    the layer and head menus to what that model has.
+    Returns the widget box (display it as the last expression of a cell).
+    """
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    if not models:
+        raise ValueError("models must name at least one model")
+    if tokens.dim() != 2 or len(labels) != tokens.shape[0]:
+        raise ValueError(f"got {len(labels)} label rows for tokens of shape {tuple(tokens.shape)}")
+    if matching is not None and matching.shape != tokens.shape:
+        raise ValueError(f"matching must have the shape of tokens {tuple(tokens.shape)}, "
+                         f"got {tuple(matching.shape)}")
+    maps = {name: m.attention_maps(tokens).cpu() for name, m in models.items()}  # (L, N, H, T, T)
+
+    model = w.Dropdown(options=list(models), description="model")
+    layer = w.Dropdown(description="layer")
+    head = w.Dropdown(description="head")
+    example = w.IntSlider(value=0, min=0, max=tokens.shape[0] - 1, description="input")
+    out = w.Output()
+    updating = False
+
+    def set_menus():
+        n_layers, _, n_heads = maps[model.value].shape[:3]
+        layer.options = list(range(n_layers))
+        head.options = list(range(n_heads))
+        layer.value, head.value = 0, 0
+
+    def redraw(*_):
+        if updating:
+            return
+        with out:
+            out.clear_output(wait=True)
+            i = example.value
+            fig = plot_head_view(
+                maps[model.value][:, i], labels[i], layer.value, head.value,
+                None if matching is None else matching[i].tolist(),
+            )
+            display(fig)  # display + close: no leaked figures (see attention_explorer)
+            plt.close(fig)
+
+    def on_model(*_):
+        nonlocal updating
+        updating = True  # changing the menus fires their observers: draw once, after
+        try:
+            set_menus()
+        finally:
+            updating = False
+        redraw()
+
+    set_menus()
+    model.observe(on_model, names="value")
+    for control in (layer, head, example):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([model, layer, head]), example, out])

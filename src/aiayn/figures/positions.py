@@ -1,0 +1,142 @@
+"""Chapter 5's figures and explorer: the sinusoidal table, the
+similarity of positions, and accuracy beyond the training length.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from .style import _as_2d
+
+__all__ = [
+    "plot_positional_encoding",
+    "plot_positional_view",
+    "plot_accuracy_curves",
+    "positional_explorer",
+]
+
+
+def plot_positional_encoding(
+    pe, ax: plt.Axes | None = None, title: str | None = None,
+    position: int | None = None, dimension: int | None = None,
+) -> plt.Axes:
+    """Heatmap of a ``(n_positions, d_model)`` encoding table: row = position, column =
+    dimension, colour = value in [-1, 1]; optional lines mark one position and one dimension."""
+    table = _as_2d(pe)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.0))
+    image = ax.imshow(table, vmin=-1.0, vmax=1.0, cmap="RdBu_r", aspect="auto",
+                      interpolation="nearest")
+    ax.set_xlabel("dimension $j$ (even: sin, odd: cos)")
+    ax.set_ylabel("position $pos$")
+    if position is not None:
+        ax.axhline(position, color="tab:orange", linewidth=1.5)
+    if dimension is not None:
+        ax.axvline(dimension, color="tab:green", linewidth=1.5)
+    if title:
+        ax.set_title(title)
+    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="PE value")
+    return ax
+
+
+def plot_positional_view(
+    position: int, dimension: int, d_model: int = 128, n_positions: int = 128,
+    fig: plt.Figure | None = None,
+) -> plt.Figure:
+    """The chapter-5 explorer's view of the sinusoidal table (Section 3.5), four panels:
+    the table with the chosen position (row) and dimension (column) marked; the
+    encoding vector ``PE[position]``; the chosen dimension across positions (one
+    sinusoid, its wavelength in the title); and the similarity
+    ``PE[position] . PE[q] / (d_model / 2)`` against every position ``q``
+    (1 at ``q = position``: every encoding has squared norm ``d_model / 2``).
+    """
+    from ..positional import sinusoidal_encoding, wavelengths
+
+    if not isinstance(n_positions, int) or n_positions < 1:
+        raise ValueError(f"n_positions must be a positive int, got {n_positions!r}")
+    if not 0 <= position < n_positions:
+        raise ValueError(f"position must be in [0, {n_positions - 1}], got {position}")
+    if not 0 <= dimension < d_model:
+        raise ValueError(f"dimension must be in [0, {d_model - 1}], got {dimension}")
+    pe = sinusoidal_encoding(n_positions, d_model, torch.float64).numpy()
+    if fig is None:
+        fig = plt.figure(figsize=(11, 7))
+    (ax_map, ax_vec), (ax_dim, ax_sim) = fig.subplots(2, 2)
+    plot_positional_encoding(pe, ax=ax_map, position=position, dimension=dimension,
+                             title=f"PE table, d_model = {d_model}")
+    dims = np.arange(d_model)
+    ax_vec.plot(dims[0::2], pe[position, 0::2], color="tab:orange", linewidth=1,
+                label="sin (even $j$)")
+    ax_vec.plot(dims[1::2], pe[position, 1::2], color="tab:blue", linewidth=1,
+                label="cos (odd $j$)")
+    ax_vec.plot([dimension], [pe[position, dimension]], "o", color="tab:green")
+    ax_vec.legend(loc="lower right", fontsize=8)
+    ax_vec.set(xlabel="dimension $j$", ylabel="value", ylim=(-1.1, 1.1),
+               title=f"encoding vector PE[{position}]")
+    positions = np.arange(n_positions)
+    wavelength = float(wavelengths(d_model)[dimension // 2])
+    kind = "sin" if dimension % 2 == 0 else "cos"
+    ax_dim.plot(positions, pe[:, dimension], color="tab:green", linewidth=1)
+    ax_dim.plot([position], [pe[position, dimension]], "o", color="tab:orange")
+    ax_dim.set(xlabel="position $pos$", ylabel="value", ylim=(-1.1, 1.1),
+               title=f"dimension {dimension} ({kind}), wavelength {wavelength:,.1f}")
+    similarity = pe @ pe[position] / (d_model / 2)  # cos similarity: |PE|^2 = d_model / 2
+    ax_sim.plot(positions, similarity, color="tab:purple", linewidth=1)
+    ax_sim.axvline(position, color="tab:orange", linewidth=1, linestyle="--")
+    ax_sim.set(xlabel="position $q$", ylabel="similarity", ylim=(-0.1, 1.05),
+               title=f"PE[{position}] · PE[q] / (d_model/2)")
+    return fig
+
+
+def plot_accuracy_curves(
+    curves: dict, seen_max: int, chance: float | None = None, ax: plt.Axes | None = None,
+    xlabel: str = "sequence length", title: str | None = None,
+) -> plt.Axes:
+    """Accuracy curves ``{label: (x, y)}`` with the range seen in training shaded
+    (x up to ``seen_max``, inclusive) and an optional chance level."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.6))
+    x_max = max(float(np.max(np.asarray(x))) for x, _ in curves.values())
+    ax.axvspan(0, seen_max + 0.5, color="0.92", label=f"seen in training (≤ {seen_max})")
+    for label, (x, y) in curves.items():
+        ax.plot(np.asarray(x), np.asarray(y), marker=".", label=label)
+    if chance is not None:
+        ax.axhline(chance, color="0.4", linestyle=":", label="chance")
+    ax.set(xlabel=xlabel, ylabel="accuracy", ylim=(0, 1.05), xlim=(0, x_max + 0.5))
+    if title:
+        ax.set_title(title)
+    ax.legend(loc="lower left", fontsize=8)
+    return ax
+
+
+def positional_explorer(d_model: int = 128, n_positions: int = 128):
+    """Pick a position and a dimension of the sinusoidal table (chapter 5).
+
+    Redraws :func:`aiayn.figures.positions.plot_positional_view` on every change: the table, the
+    encoding vector of the position, the dimension's sinusoid, and the similarity of
+    the position's encoding to every other. Both sliders cover their full ranges
+    (position 0 to ``n_positions - 1``, dimension 0 to ``d_model - 1``).
+    Returns the widget box (display it as the last expression of a cell).
+    """
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    position = w.IntSlider(value=min(10, n_positions - 1), min=0, max=n_positions - 1,
+                           description="position")
+    dimension = w.IntSlider(value=0, min=0, max=d_model - 1, description="dimension")
+    out = w.Output()
+
+    def redraw(*_):
+        with out:
+            out.clear_output(wait=True)
+            fig = plot_positional_view(position.value, dimension.value, d_model, n_positions)
+            display(fig)  # display + close: see attention_explorer
+            plt.close(fig)
+
+    for control in (position, dimension):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([position, dimension]), out])

@@ -1,0 +1,83 @@
+"""Chapter 1's figure and explorer: how a gradient decays through a
+recurrent chain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+__all__ = ["plot_gradient_decay", "gradient_decay_explorer"]
+
+
+def plot_gradient_decay(
+    radii: Sequence[float],
+    length: int = 100,
+    d_model: int = 64,
+    input_std: float = 0.1,
+    seed: int = 0,
+    ax: plt.Axes | None = None,
+) -> plt.Axes:
+    """Gradient norm ``||dL/dh_{n-k}||`` against the distance ``k`` for recurrent layers
+    whose ``W_hh`` has spectral radius ``radii`` (one solid curve each), with the linear
+    prediction ``radius**k`` dashed. Computed by :func:`aiayn.experiments.recurrence.gradient_decay`."""
+    from ..experiments.recurrence import fit_geometric_rate, gradient_decay
+
+    radii = list(radii)
+    if not radii:
+        raise ValueError("radii must hold at least one spectral radius")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.0))
+    k = np.arange(length + 1)
+    low, high = 0.0, 0.0  # log10 range of the measured curves
+    for i, radius in enumerate(radii):
+        log_norms = gradient_decay(radius, length, d_model, input_std, seed=seed)
+        rate = fit_geometric_rate(log_norms, start=min(10, length - 1))
+        log10 = log_norms.numpy() / math.log(10)
+        low, high = min(low, log10.min()), max(high, log10.max())
+        color = f"C{i % 10}"
+        ax.semilogy(k, 10.0 ** np.clip(log10, -300, 300), color=color,
+                    label=f"radius {radius:g}: rate {rate:.3f}")
+        reference = np.clip(k * math.log10(radius), -300, 300)
+        ax.semilogy(k, 10.0 ** reference, color=color, linestyle="--", linewidth=0.8)
+    ax.set_ylim(10.0 ** max(low - 1, -300), 10.0 ** min(high + 1, 300))
+    ax.axhline(1.0, color="gray", linewidth=0.5)
+    ax.set_xlabel("distance $n - t$ (steps)")
+    ax.set_ylabel(r"$\|\partial L / \partial h_t\|$")
+    ax.set_title(f"gradient through a tanh RNN (dashed: radius$^{{n-t}}$), d={d_model}")
+    ax.legend(fontsize=8, loc="best")
+    return ax
+
+
+def gradient_decay_explorer(d_model: int = 64, input_std: float = 0.1, seed: int = 0):
+    """Move the spectral radius of ``W_hh`` and the sequence length; the curve of the
+    gradient norm against distance redraws (:func:`aiayn.figures.recurrence.plot_gradient_decay`).
+
+    The radius spans 0.3 to 2.5 and the length 10 to 300 steps; the norms are carried
+    as logarithms, so neither extreme underflows, overflows or gives NaN.
+    Returns the widget box (display it as the last expression of a cell).
+    """
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    radius = w.FloatSlider(value=0.9, min=0.3, max=2.5, step=0.05,
+                           description="radius", readout_format=".2f")
+    length = w.IntSlider(value=100, min=10, max=300, step=10, description="length")
+    out = w.Output()
+
+    def redraw(*_):
+        with out:
+            out.clear_output(wait=True)
+            ax = plot_gradient_decay([radius.value], length.value, d_model,
+                                         input_std, seed)
+            display(ax.figure)
+            plt.close(ax.figure)
+
+    for control in (radius, length):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([radius, length]), out])

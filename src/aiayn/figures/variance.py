@@ -1,0 +1,168 @@
+"""Chapter 3's figures and explorer: the variance of dot products, the
+softmax's saturation as d_k grows, and training with and without the scaling.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+__all__ = [
+    "plot_dot_product_variance",
+    "plot_scaling_view",
+    "plot_scaling_training",
+    "scaling_explorer",
+]
+
+
+def plot_dot_product_variance(
+    d_ks: Sequence[int],
+    variances: Sequence[float],
+    ses: Sequence[float],
+    scaled_variances: Sequence[float],
+    scaled_ses: Sequence[float],
+    ax: plt.Axes | None = None,
+) -> plt.Axes:
+    """Log-log plot of the measured ``Var(q . k)`` and ``Var(q . k / sqrt(d_k))`` against
+    ``d_k``, with 4-standard-error bars and the predictions ``d_k`` and 1."""
+    d = np.asarray(d_ks, dtype=float)
+    if not (len(d) == len(variances) == len(ses) == len(scaled_variances) == len(scaled_ses)):
+        raise ValueError("d_ks, variances, ses, scaled_variances, scaled_ses must have one "
+                         "entry per d_k")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.0))
+    ax.plot(d, d, color="tab:blue", lw=1, alpha=0.6, label="prediction $d_k$")
+    ax.plot(d, np.ones_like(d), color="tab:orange", lw=1, alpha=0.6, label="prediction 1")
+    ax.errorbar(d, variances, yerr=4 * np.asarray(ses), fmt="o", color="tab:blue",
+                ms=4, capsize=2, label=r"measured $\mathrm{Var}(q\cdot k)$")
+    ax.errorbar(d, scaled_variances, yerr=4 * np.asarray(scaled_ses), fmt="s",
+                color="tab:orange", ms=4, capsize=2,
+                label=r"measured $\mathrm{Var}(q\cdot k/\sqrt{d_k})$")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("$d_k$")
+    ax.set_ylabel("variance of the score")
+    ax.legend(fontsize=8, loc="upper left")
+    return ax
+
+
+def plot_scaling_view(
+    d_k: int,
+    scaled: bool = True,
+    n_keys: int = 16,
+    n_rows: int = 1000,
+    seed: int = 0,
+    fig: plt.Figure | None = None,
+) -> plt.Figure:
+    """The chapter-3 explorer's view for random ``q`` and ``k`` of width ``d_k``.
+
+    Left: the histogram of the scores (unscaled ``q . k`` or ``q . k / sqrt(d_k)``) with
+    the normal density the variance argument predicts. Middle: the softmax of one row
+    of ``n_keys`` scores. Right: that row's softmax Jacobian ``diag(p) - p p^T``, with
+    its Frobenius norm and the median norm over all ``n_rows`` rows.
+    """
+    from ..experiments.variance import attention_score_rows, softmax_jacobian, softmax_stats
+
+    raw = attention_score_rows(d_k, n_rows, n_keys, torch.Generator().manual_seed(seed),
+                               scaled=False)
+    scores = raw / math.sqrt(d_k) if scaled else raw
+    stats = softmax_stats(scores)
+    row, jac = torch.softmax(scores[0], -1), softmax_jacobian(scores[0])
+    if fig is None:
+        fig = plt.figure(figsize=(12, 3.6))
+    ax_hist, ax_row, ax_jac = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.2, 1, 0.9]})
+
+    values = scores.flatten().numpy()
+    predicted_std = 1.0 if scaled else math.sqrt(d_k)
+    ax_hist.hist(values, bins=60, density=True, color="tab:blue", alpha=0.7)
+    grid = np.linspace(values.min(), values.max(), 200)
+    density = np.exp(-0.5 * (grid / predicted_std) ** 2) / (predicted_std * math.sqrt(2 * math.pi))
+    ax_hist.plot(grid, density, color="tab:orange", label=f"N(0, {predicted_std:.3g}²)")
+    ax_hist.set_xlabel(r"score $q\cdot k/\sqrt{d_k}$" if scaled else r"score $q\cdot k$")
+    ax_hist.set_ylabel("density")
+    ax_hist.set_title(f"d_k = {d_k}, {'scaled' if scaled else 'unscaled'}: "
+                      f"std {values.std():.2f}")
+    ax_hist.legend(fontsize=8, loc="upper right")
+
+    ax_row.bar(range(n_keys), row.numpy(), color="tab:blue")
+    ax_row.set_ylim(0, 1)
+    ax_row.set_xlabel("key")
+    ax_row.set_ylabel("softmax weight")
+    ax_row.set_title(f"one row: max weight {float(row.max()):.2f}")
+
+    image = ax_jac.imshow(jac.numpy(), vmin=-0.25, vmax=0.25, cmap="RdBu_r")
+    ax_jac.set_xticks([])
+    ax_jac.set_yticks([])
+    ax_jac.set_title(f"its Jacobian: norm {float(torch.linalg.matrix_norm(jac)):.3f}\n"
+                     f"median over rows {float(stats['jacobian_norm'].median()):.3f}")
+    fig.colorbar(image, ax=ax_jac, fraction=0.046, pad=0.04)
+    return fig
+
+
+def plot_scaling_training(
+    curves: dict[str, Sequence[float]],
+    ax: plt.Axes | None = None,
+    title: str | None = None,
+    chance: float | None = None,
+    smooth: int = 10,
+) -> plt.Axes:
+    """Training-loss curves, one per label, smoothed by a running mean of ``smooth``
+    steps; a curve that ends in NaN or inf is drawn up to its last finite loss and
+    marked with an x."""
+    if not isinstance(smooth, int) or smooth < 1:
+        raise ValueError(f"smooth must be a positive int, got {smooth!r}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.6))
+    for label, losses in curves.items():
+        losses = np.asarray(losses, dtype=float)
+        finite = np.isfinite(losses)
+        n = int(np.argmin(finite)) if not finite.all() else len(losses)
+        kept = losses[:n]
+        if n >= smooth:
+            kept = np.convolve(kept, np.ones(smooth) / smooth, mode="valid")
+        steps = np.arange(len(kept)) + (smooth - 1 if n >= smooth else 0)
+        (line,) = ax.plot(steps, kept, label=label if finite.all() else f"{label} (diverged)")
+        if not finite.all():
+            ax.plot([steps[-1] if len(steps) else 0], [kept[-1] if len(kept) else 0],
+                    "x", color=line.get_color(), ms=8)
+    if chance is not None:
+        ax.axhline(chance, color="gray", ls=":", lw=1, label="chance")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("cross-entropy loss")
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def scaling_explorer(n_keys: int = 16, seed: int = 0):
+    """Chapter 3: pick ``d_k`` (1 to 1024) and switch the ``1/sqrt(d_k)`` scaling on or off.
+
+    Redraws :func:`aiayn.figures.variance.plot_scaling_view`: the histogram of the scores, one
+    softmax row and its Jacobian. Every setting stays finite: the softmax subtracts
+    the row maximum, so even unscaled scores at ``d_k = 1024`` give a one-hot row,
+    not NaN. Returns the widget box (display it as the last expression of a cell).
+    """
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    d_k = w.SelectionSlider(options=[2**i for i in range(11)], value=64, description="d_k")
+    scaled = w.Checkbox(value=True, description="divide by sqrt(d_k)")
+    out = w.Output()
+
+    def redraw(*_):
+        with out:
+            out.clear_output(wait=True)
+            fig = plot_scaling_view(d_k.value, scaled.value, n_keys=n_keys, seed=seed)
+            display(fig)  # display + close: no leaked figures (see attention_explorer)
+            plt.close(fig)
+
+    for control in (d_k, scaled):
+        control.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([d_k, scaled]), out])
