@@ -78,8 +78,9 @@ test: venv assets browser
 lint:
 	$(BIN)/ruff check src tests book scripts _ext
 
+# Two workers (pytest-xdist), one per core; the parity summary gathers both (tests/conftest.py).
 unit:
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests -m "not browser and not notebooks"
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests -m "not browser and not notebooks" -n 2
 
 # Strict nbval: every output must match the committed one (after the sanitize
 # regexes). Each notebook runs once, alone, in a Colab-like environment that installs

@@ -5,7 +5,8 @@ Run all of them (about 5 minutes on two CPU cores)::
     .venv/bin/python benchmarks/run.py            # writes benchmarks/results/<device>.md
     .venv/bin/python benchmarks/run.py --quick    # tiny sizes, seconds (a smoke test)
 
-Every timing is the median of several runs after warm-up, with the spread (min-max).
+Every timing is the median of the runs after warm-up, with the spread (min-max) and the
+number of runs.
 Outputs are checked for parity before anything is timed. Not part of ``make test``;
 ``tests/test_benchmarks.py`` runs these functions on tiny sizes so they do not rot.
 """
@@ -86,9 +87,12 @@ def machine_info(device: torch.device) -> dict[str, str]:
     }
 
 
-def _fmt_time(stats: tuple[float, float, float]) -> str:
+def _fmt_time(stats: tuple[float, float, float], runs: int) -> str:
+    """"median ms (min-max, N runs)"; a single run is shown as what it is."""
     median, low, high = stats
-    return f"{median * 1e3:.2f} ms ({low * 1e3:.2f}-{high * 1e3:.2f})"
+    if runs == 1:
+        return f"{median * 1e3:.2f} ms (1 run)"
+    return f"{median * 1e3:.2f} ms ({low * 1e3:.2f}-{high * 1e3:.2f}, {runs} runs)"
 
 
 def _fmt_bytes(nbytes: int) -> str:
@@ -216,7 +220,7 @@ def bench_transformer(
             if label == "training step":
                 note += _mfu_note(ours, tokens, stats["ours"][0], device, autocast_dtype)
         rows.append(Row(f"aiayn / torch.nn.Transformer: {label}{tag}", setting,
-                        _fmt_time(stats["ours"]), _fmt_time(stats["torch"]), f"{ratio:.3f}",
+                        _fmt_time(stats["ours"], repeats), _fmt_time(stats["torch"], repeats), f"{ratio:.3f}",
                         note))
     return rows
 
@@ -262,8 +266,8 @@ def bench_attention_paths(
             m_fus = peak_memory_bytes(fused, device=device)
         s_exp, s_fus = saved_tensor_bytes(explicit), saved_tensor_bytes(fused)
         setting = f"n={n}, d={d_model}, h={n_heads}, B=1"
-        rows.append(Row("attention: explicit / fused, time", setting, _fmt_time(t_exp),
-                        _fmt_time(t_fus), f"{t_exp[0] / t_fus[0]:.2f}", "forward, no grad"))
+        rows.append(Row("attention: explicit / fused, time", setting, _fmt_time(t_exp, repeats),
+                        _fmt_time(t_fus, repeats), f"{t_exp[0] / t_fus[0]:.2f}", "forward, no grad"))
         rows.append(Row("attention: explicit / fused, peak memory", setting,
                         _fmt_bytes(m_exp), _fmt_bytes(m_fus), f"{m_exp / max(m_fus, 1):.1f}",
                         "forward; tensors allocated by operations" if device.type == "cpu"
@@ -334,14 +338,14 @@ def _bench_decoding(steps: tuple[int, ...] = (32, 128, 512), d_model: int = 256,
             slow = fn(model, src, **kw, **{switch: False})
             fast = fn(model, src, **kw, **{switch: True})
             same = torch.equal(getattr(slow, "tokens", slow), getattr(fast, "tokens", fast))
-            # The runs above were the warm-up; long uncached runs take minutes, so fewer.
-            reps = repeats if n <= 128 else 1
+            # The runs above were the warm-up; long uncached runs take seconds each, so fewer.
+            reps = repeats if n <= 128 else min(repeats, 2)
             t_slow = time_stats(fn, model, src, **kw, **{switch: False}, repeats=reps,
                                 warmup=0)
             t_fast = time_stats(fn, model, src, **kw, **{switch: True}, repeats=repeats,
                                 warmup=0)
         rows.append(Row("greedy decoding: uncached / cached", f"{n} tokens, d={d_model}",
-                        _fmt_time(t_slow), _fmt_time(t_fast),
+                        _fmt_time(t_slow, reps), _fmt_time(t_fast, repeats),
                         f"{t_slow[0] / t_fast[0]:.2f}",
                         "same tokens" if same else "TOKENS DIFFER"))
     return rows
@@ -378,7 +382,7 @@ def to_markdown(rows: list[Row], info: dict[str, str], notes: list[str]) -> str:
     lines = [f"# Benchmarks on {info['device']}", ""]
     lines += [f"- **{k}**: {v}" for k, v in info.items()]
     lines += [f"- {n}" for n in notes]
-    lines += ["", "Times: median of the runs after warm-up, (min-max) in brackets. "
+    lines += ["", "Times: median of the runs after warm-up, (min-max, number of runs) in brackets. "
               "Each benchmark is named \"A / B\"; the ratio is A / B, so below 1 means "
               "A is faster (or smaller).", ""]
     lines.append("| benchmark (A / B) | setting | A | B | A / B | note |")

@@ -254,7 +254,7 @@ def test_encoder_decoder_explorer_redraws_every_kind(monkeypatch, capsys):
 
     monkeypatch.setattr(aiayn.figures.encoder_decoder, "plot_model_attention", recording)
     model = _model(dtype=torch.float32).eval()
-    box = encoder_decoder_explorer(model, TOK, "Nov 29, 2026")
+    box = encoder_decoder_explorer(model, TOK, "Nov 29, 2026", twin=False)
     (text, kind), (layer, head) = box.children[0].children, box.children[1].children
     kind.value = "encoder self"
     kind.value = "decoder self"
@@ -292,7 +292,7 @@ def test_date_explorer_redraws_for_every_beam_and_explains_bad_input(monkeypatch
     monkeypatch.setattr(aiayn.learning.decode, "translate", recording_translate)
     monkeypatch.setattr(aiayn.figures.translation, "plot_translation", recording_plot)
     model = _model(dtype=torch.float32).eval()  # untrained: any answer will do
-    box = date_explorer(model, TOK, "Nov 29, 2026")
+    box = date_explorer(model, TOK, "Nov 29, 2026", twin=False)
     text, beam = box.children[0].children
     assert (beam.min, beam.max, beam.value) == (1, 8, 1)
     beam.value = 8  # beam search at the slider's widest

@@ -56,3 +56,24 @@ def test_benchmarks_run_on_tiny_sizes(bench, tmp_path, monkeypatch):
 
 def test_device_slug(bench):
     assert bench.device_slug(torch.device("cpu")) == "cpu"
+
+
+def test_a_time_says_how_many_runs_it_is_the_median_of(bench):
+    assert bench._fmt_time((0.002, 0.001, 0.003), 5) == "2.00 ms (1.00-3.00, 5 runs)"
+    assert bench._fmt_time((5.0, 5.0, 5.0), 1) == "5000.00 ms (1 run)"  # no range of one run
+
+
+def test_gpu_section_of_the_performance_page(tmp_path):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "_ext" / "gpu_results.py"
+    spec = importlib.util.spec_from_file_location("gpu_results", path)
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    missing = tmp_path / "cuda.md"
+    assert ext.gpu_section(missing).startswith("**Not measured yet.**")
+    missing.write_text("# Benchmarks on NVIDIA H200\n\n| table |\n")
+    assert ext.gpu_section(missing) == (
+        "```{include} ../benchmarks/results/cuda.md\n:start-line: 2\n```")
+    page = (Path(__file__).resolve().parents[1] / "book" / "performance.md").read_text()
+    assert ext.MARKER in page

@@ -228,7 +228,7 @@ def test_chapter8_plots_and_explorer():
     pytest.importorskip("ipywidgets")
     from aiayn.figures.costs import complexity_explorer
 
-    box = complexity_explorer(d=128)
+    box = complexity_explorer(d=128, twin=False)
     width = box.children[0].children[0]
     for value in (width.min, width.max):  # the extremes redraw without error
         width.value = value

@@ -9,8 +9,10 @@ it otherwise. ``make test`` builds the book first, then runs these tests
 - render its math with MathJax (``mjx-container``), with no raw ``$$`` or ``\\(`` left;
 - show every image (``naturalWidth > 0``) and give every image alt text or a caption;
 - have one ``h1`` and headings that never skip a level;
-- show no widget control: the HTML has no kernel, so a slider would move without
-  effect; the explorers are replaced by a note and static figures.
+- show no live widget control: the HTML has no kernel, so a control of a live explorer
+  would move without effect. The explorers shown are their precomputed twins
+  (``aiayn.figures.views``), whose controls switch views in the browser; each one's
+  controls are moved and checked in ``tests/test_html_explorers.py``.
 
 Chapter pages must also launch the right notebook in Colab and offer the notebook
 for download. On failure a screenshot and the console log are saved in
@@ -65,10 +67,14 @@ async () => {
   clone.querySelectorAll('pre, code, script, style, mjx-container, .highlight')
        .forEach(e => e.remove());
   const article = document.querySelector('article') || main;
-  // Widget views (rendered or still waiting for the widget manager) and sliders.
-  const controls = article.querySelectorAll(
+  // Widget views (rendered or still waiting for the widget manager) and sliders, except
+  // the precomputed explorers (and the tags that render them), which work without a kernel.
+  const twin = e => e.closest('.aiayn-static-explorer') ||
+    (e.tagName === 'SCRIPT' && e.parentElement &&
+     e.parentElement.querySelector('.aiayn-static-explorer'));
+  const controls = Array.from(article.querySelectorAll(
     '.jupyter-widgets, .widget-box, input[type=range], ' +
-    'script[type="application/vnd.jupyter.widget-view+json"]');
+    'script[type="application/vnd.jupyter.widget-view+json"]')).filter(e => !twin(e));
   return {
     mathSource: document.querySelectorAll('.math, div.math, span.math').length,
     mathRendered: document.querySelectorAll('mjx-container').length,
@@ -96,7 +102,7 @@ def _sources_newer_than_build() -> bool:
     if not built.exists():
         return True
     sources = [ROOT / "_config.yml", ROOT / "_toc.yml", ROOT / "references.bib",
-               *ROOT.glob("book/*"), *ROOT.glob("src/aiayn/*.py")]
+               *ROOT.glob("book/*"), *ROOT.glob("src/aiayn/**/*.py")]
     return max(p.stat().st_mtime for p in sources) > built.stat().st_mtime
 
 
@@ -251,11 +257,176 @@ def test_api_page_documents_every_public_name(site):
 
     html = (HTML / "book" / "api.html").read_text()
     missing = []
-    for info in pkgutil.iter_modules(aiayn.__path__):
-        if info.name.startswith("_"):
+    for info in pkgutil.walk_packages(aiayn.__path__, prefix="aiayn."):
+        if info.ispkg or info.name.rsplit(".", 1)[1].startswith("_"):
             continue
-        module = importlib.import_module(f"aiayn.{info.name}")
-        missing += [f"aiayn.{info.name}.{name}" for name in getattr(module, "__all__", [])
-                    if f'id="aiayn.{info.name}.{name}"' not in html]
+        module = importlib.import_module(info.name)
+        missing += [f"{info.name}.{name}" for name in getattr(module, "__all__", [])
+                    if f'id="{info.name}.{name}"' not in html]
     assert not missing, f"not on the API page: {missing}"
 
+
+
+# ------------------------------------------------------- the explorers, without a kernel
+
+EXPLORER_CHAPTERS = [c for c in CHAPTERS if c.split("/")[-1][:2] in {f"0{i}" for i in range(1, 9)}]
+# The weight of a chapter page (its HTML, which embeds every precomputed view); measured
+# at 0.4 to 2.3 MB when the twins were added.
+MAX_PAGE_BYTES = 4_000_000
+
+VISIBLE_VIEW = """
+ex => {
+  const shown = Array.from(ex.querySelectorAll('.aiayn-view'))
+    .filter(v => v.offsetParent !== null);
+  return shown.map(v => Object.assign({text: v.innerText}, v.dataset));
+}
+"""
+ALL_SETTINGS = "ex => Array.from(ex.querySelectorAll('.aiayn-view')).map(v => v.dataset.setting)"
+
+
+def _move(control, where: str) -> None:
+    """Move one control of a precomputed explorer to its first or last option."""
+    if control.locator("select").count():
+        select = control.locator("select")
+        n = select.locator("option").count()
+        select.select_option(index=0 if where == "first" else n - 1)
+    elif control.locator("button").count():
+        buttons = control.locator("button")
+        buttons.nth(0 if where == "first" else buttons.count() - 1).click()
+    else:  # a selection slider: its handle takes the keyboard
+        handle = control.locator(".noUi-handle")
+        handle.focus()
+        handle.press("Home" if where == "first" else "End")
+
+
+def _package_problems(chapter: str, view: dict) -> list[str]:
+    """What a view shows, at the setting reached, against the package's own computation."""
+    import math
+    import re
+
+    import torch
+
+    name = chapter.split("/")[-1]
+    if name.startswith("03_") and "std" in view:
+        from aiayn.experiments.variance import attention_score_rows
+
+        d_k = int(re.search(r"d_k = (\d+)", view["text"])[1])
+        raw = attention_score_rows(d_k, 1000, 16, torch.Generator().manual_seed(0), scaled=False)
+        scores = raw / math.sqrt(d_k) if ", scaled" in view["text"] else raw
+        expected = float(scores.flatten().std(unbiased=False))
+        if abs(float(view["std"]) - expected) > 1e-3:
+            return [f"{name}: the view shows std {view['std']}, the package gives {expected:.4f}"]
+    if name.startswith("05_") and "pe" in view:
+        from aiayn import sinusoidal_encoding
+
+        p, i = map(int, re.search(r"PE\[(\d+), (\d+)\]", view["text"]).groups())
+        expected = float(sinusoidal_encoding(128, 128)[p, i])
+        if abs(float(view["pe"]) - expected) > 1e-5:
+            return [f"{name}: the view shows PE[{p}, {i}] = {view['pe']}, the package {expected}"]
+    if name.startswith("08_") and "crossover" in view:
+        from aiayn.experiments.costs import crossover_length
+
+        d = int(re.search(r"d = (\d+)", view["text"])[1])
+        if float(view["crossover"]) != crossover_length(d):
+            return [f"{name}: crossover {view['crossover']} at d = {d}, the package "
+                    f"{crossover_length(d)}"]
+    return []
+
+
+def explorer_problems(page, chapter: str = "") -> tuple[list[str], int]:
+    """Move every control of every precomputed explorer of ``page`` (a Playwright page) to
+    both ends; the problems found and how many moves were checked."""
+    problems, checked = [], 0
+    explorers = page.locator(".aiayn-static-explorer")
+    for e in range(explorers.count()):
+        explorer = explorers.nth(e)
+        settings = [s.split(",") for s in explorer.evaluate(ALL_SETTINGS)]
+        controls = explorer.locator(".aiayn-control")
+        if not settings or controls.count() != len(settings[0]):
+            problems.append(f"explorer {e}: {controls.count()} controls, views {settings[:1]}")
+            continue
+        for c in range(controls.count()):
+            last = max(int(s[c]) for s in settings)
+            for where, index in (("last", last), ("first", 0)):
+                before = explorer.evaluate(VISIBLE_VIEW)
+                _move(controls.nth(c), where)
+                page.wait_for_timeout(100)
+                after = explorer.evaluate(VISIBLE_VIEW)
+                if len(after) != 1:
+                    problems.append(f"explorer {e}, control {c} at its {where}: "
+                                    f"{len(after)} views shown")
+                    continue
+                reached = int(after[0]["setting"].split(",")[c])
+                if reached != index:
+                    problems.append(f"explorer {e}, control {c}: moved to its {where} option "
+                                    f"({index}), the view shown is for {reached}")
+                if len(before) == 1 and before[0]["setting"].split(",")[c] != str(index) \
+                        and after[0]["setting"] == before[0]["setting"]:
+                    problems.append(f"explorer {e}, control {c}: the view did not change")
+                problems += _package_problems(chapter, after[0])
+                checked += 1
+    return problems, checked
+
+
+@pytest.mark.parametrize("chapter", EXPLORER_CHAPTERS)
+def test_explorers_respond_in_the_static_html(visit, chapter):
+    """Every control of every explorer, moved to both ends: the view switches to the one
+    precomputed for that setting, in the browser, offline, with no console error, and what
+    it shows matches the package; the page stays under its weight."""
+    page = visit(chapter)
+    problems = []
+    weight = (HTML / f"{chapter}.html").stat().st_size
+    if weight > MAX_PAGE_BYTES:
+        problems.append(f"page weighs {weight:,} bytes, over {MAX_PAGE_BYTES:,}")
+    try:
+        page.page.wait_for_selector(".aiayn-static-explorer .aiayn-view", timeout=30_000)
+    except Exception:
+        page.fail_if(["no explorer rendered in the page"])
+    found, checked = explorer_problems(page.page, chapter)
+    if not checked:
+        found.append("no control was moved")
+    page.fail_if(page.problems + problems + found)
+
+
+def test_a_frozen_view_is_reported(browser, site, tmp_path):
+    """Planted: a twin whose second control is not linked to its views. The check that
+    passes on the chapters must report that moving it changes nothing."""
+    w = pytest.importorskip("ipywidgets")
+    import matplotlib.pyplot as plt
+    from ipywidgets.embed import embed_data
+
+    from aiayn.figures.views import Control, grid_explorer
+
+    def draw(a, b):
+        fig, ax = plt.subplots(figsize=(1, 1))
+        ax.plot([0, a], [0, b])
+        return fig
+
+    twin = grid_explorer([Control("a", [("1", 1), ("2", 2)], 0, "toggle"),
+                          Control("b", [("1", 1), ("2", 2), ("3", 3)], 0)],
+                         draw, lambda a, b: (f"{a}, {b}", {}))
+    for depth, link in twin.links:
+        if depth == 1:
+            link.close()  # the planted fault: the slider no longer drives its stacks
+    data = embed_data(views=[twin])
+    vendor = f"{site}/_static/vendor"
+    (tmp_path / "planted.html").write_text(
+        f"""<!doctype html><html><head>
+<script src="{vendor}/requirejs/require.js"></script>
+<script src="{site}/_static/widgets-config.js"></script>
+<script src="{vendor}/html-manager/embed-amd.js"></script>
+<script type="application/vnd.jupyter.widget-state+json">{json.dumps(data["manager_state"])}</script>
+</head><body><script type="application/vnd.jupyter.widget-view+json">{json.dumps(data["view_specs"][0])}</script>
+</body></html>""")
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto((tmp_path / "planted.html").as_uri())
+        page.wait_for_selector(".aiayn-static-explorer .aiayn-view", timeout=30_000)
+        problems, checked = explorer_problems(page)
+    finally:
+        context.close()
+    assert checked == 4
+    assert "explorer 0, control 1: the view did not change" in problems
+    assert problems and all("control 1" in p for p in problems)  # control 0 still works
+    assert w.Stack  # the twin needs ipywidgets 8

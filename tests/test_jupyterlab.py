@@ -502,3 +502,127 @@ def _check_chapter(lab_page: LabPage, index: int, source: str) -> None:
     print(f"planted {wrong!r} for {text!r}: reported as {planted}")
 
     assert not lab_page.external, f"requests to other hosts: {lab_page.external}"
+
+
+# ------------------------------------------------ every chapter's live explorer, in JupyterLab
+
+# One notebook that builds each chapter's live explorer on small inputs (untrained models:
+# the test is about the widgets and the redraw, not the numbers), run in JupyterLab.
+EXPLORER_SETUP = """\
+import torch
+from aiayn import Transformer
+from aiayn.experiments.heads import TinyEncoder
+from aiayn.learning.data import date_tokenizer
+from aiayn.learning.recipes import date_config
+torch.manual_seed(0)
+x = torch.randn(3, 8)
+tokenizer = date_tokenizer()
+date_model = Transformer(date_config(tokenizer, n_layers=1, d_model=16, n_heads=2, d_ff=32)).eval()
+encoder = TinyEncoder(16, 16, d_model=16, n_heads=2, n_layers=1, d_ff=16, max_len=8)
+head_tokens = torch.randint(0, 16, (2, 6))"""
+EXPLORERS = {  # chapter: (the cell, the control moved: a CSS selector in its output, action)
+    "01": ("from aiayn.figures.recurrence import gradient_decay_explorer\n"
+           "gradient_decay_explorer(d_model=8, twin=False)", ".noUi-handle", "End"),
+    "02": ("from aiayn.figures.attention import attention_explorer\n"
+           "attention_explorer(['it', 'was', 'tired'], x, x, x, twin=False)", "select", 2),
+    "03": ("from aiayn.figures.variance import scaling_explorer\n"
+           "scaling_explorer(n_keys=4, twin=False)", ".noUi-handle", "End"),
+    "04": ("from aiayn.figures.heads import head_explorer\n"
+           "head_explorer({'tiny': encoder}, head_tokens, [list('abcdef'), list('uvwxyz')],"
+           " twin=False)", ".noUi-handle", "End"),
+    "05": ("from aiayn.figures.positions import positional_explorer\n"
+           "positional_explorer(d_model=16, n_positions=20, twin=False)", ".noUi-handle", "End"),
+    "06": ("from aiayn.figures.encoder_decoder import encoder_decoder_explorer\n"
+           "encoder_decoder_explorer(date_model, tokenizer, 'Nov 29, 2026', twin=False)",
+           "select", 0),
+    "07": ("from aiayn.figures.translation import date_explorer\n"
+           "date_explorer(date_model, tokenizer, 'Nov 29, 2026', twin=False)", "input[type=text]",
+           "2049.12.31"),
+    "08": ("from aiayn.figures.costs import complexity_explorer\n"
+           "complexity_explorer(d=64, twin=False)", ".noUi-handle", "End"),
+}
+
+# The rendered output of one code cell: its images' sources and its text.
+OUTPUT_OF = """
+index => {
+  const cell = window.jupyterapp.shell.currentWidget.content.widgets[index];
+  const area = cell.node.querySelector('.jp-OutputArea');
+  return {images: Array.from(area.querySelectorAll('img')).map(i => i.src),
+          text: area.innerText};
+}
+"""
+
+
+def _explorer_notebook(path: Path) -> list[str]:
+    cells = [{"cell_type": "code", "metadata": {}, "source": EXPLORER_SETUP, "outputs": [],
+              "execution_count": None}]
+    for code, _, _ in EXPLORERS.values():
+        cells.append({"cell_type": "code", "metadata": {}, "source": code, "outputs": [],
+                      "execution_count": None})
+    notebook = json.loads(CHAPTER.read_text())
+    notebook["cells"] = cells
+    path.write_text(json.dumps(notebook, indent=1))
+    return list(EXPLORERS)
+
+
+@pytest.fixture(scope="module")
+def explorer_lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("explorers")
+    profile = tmp_path_factory.mktemp("jupyter-profile-explorers")
+    copy = root / "explorers.ipynb"
+    _explorer_notebook(copy)
+    server = Lab(root, profile, copy)
+    try:
+        server.wait_ready()
+    except BaseException:
+        server.shutdown()
+        raise
+    yield server
+    left = server.shutdown()
+    assert not left, f"processes left after the server's shutdown (killed): {left}"
+
+
+@pytest.mark.browser
+def test_every_live_explorer_redraws_in_jupyterlab(browser, explorer_lab, request):
+    """Run all cells; in each explorer move one control; its figure must be redrawn (a new
+    image), with no error output and no request to another host."""
+    page = LabPage(browser, explorer_lab)
+    try:
+        page.open()
+        model = page.run_all()
+        errors = [f"cell {i}: {e}" for i, c in enumerate(model["cells"]) for e in c["errors"]]
+        assert not errors, "error outputs:\n" + "\n".join(errors)
+        problems = []
+        for index, (chapter, (_, selector, action)) in enumerate(EXPLORERS.items(), start=1):
+            before = page.page.evaluate(OUTPUT_OF, index)
+            cell = page.page.locator(".jp-Notebook .jp-Cell").nth(index)
+            cell.scroll_into_view_if_needed()
+            control = cell.locator(f".jp-OutputArea {selector}").first
+            if selector == "select":
+                options = control.locator("option").count()
+                control.select_option(index=action if action < options else options - 1)
+            elif selector.startswith("input"):
+                control.fill(action)
+                control.press("Enter")
+            else:
+                control.focus()
+                control.press(action)
+            try:
+                page.page.wait_for_function(
+                    "([index, before]) => { const o = (" + OUTPUT_OF + ")(index);"
+                    " return o.images.length > 0 && o.images.join() !== before; }",
+                    arg=[index, ",".join(before["images"])], timeout=60_000, polling=250)
+            except Exception:
+                after = page.page.evaluate(OUTPUT_OF, index)
+                problems.append(f"chapter {chapter}: no new figure after moving {selector} "
+                                f"({len(after['images'])} images; text {after['text'][:200]!r})")
+            if "Traceback" in page.page.evaluate(OUTPUT_OF, index)["text"]:
+                problems.append(f"chapter {chapter}: a traceback in the explorer's output")
+        assert not problems, "\n".join(problems)
+        assert not page.external, f"requests to other hosts: {page.external}"
+    except BaseException:
+        saved = page.save_failure_evidence()
+        request.node.user_properties.append(("evidence", [str(p) for p in saved]))
+        raise
+    finally:
+        page.context.close()

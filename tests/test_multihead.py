@@ -330,7 +330,8 @@ def test_head_explorer_redraws_at_the_extremes(monkeypatch):
     model, tokens, matching = trained_like_maps()
     one_head = TinyEncoder(16, 16, d_model=16, n_heads=1, n_layers=1, d_ff=16, max_len=8)
     labels = [two_relation_labels(row) for row in tokens]
-    box = head_explorer({"two heads": model, "one head": one_head}, tokens, labels, matching)
+    box = head_explorer({"two heads": model, "one head": one_head}, tokens, labels, matching,
+                       twin=False)
     controls, example, _ = box.children
     pick_model, layer, head = controls.children
     assert len(calls) == 1

@@ -271,7 +271,7 @@ def test_positional_explorer_redraws_at_the_extremes(monkeypatch):
         return fig
 
     monkeypatch.setattr(aiayn.figures.positions, "plot_positional_view", recording_view)
-    box = positional_explorer(d_model=16, n_positions=40)
+    box = positional_explorer(d_model=16, n_positions=40, twin=False)
     assert isinstance(box, ipywidgets.Widget)
     position, dimension = box.children[0].children
     assert (position.min, position.max, dimension.min, dimension.max) == (0, 39, 0, 15)

@@ -323,7 +323,7 @@ def test_gradient_decay_explorer_extremes(monkeypatch):
         return ax
 
     monkeypatch.setattr(aiayn.figures.recurrence, "plot_gradient_decay", recording)
-    box = gradient_decay_explorer(d_model=16)
+    box = gradient_decay_explorer(d_model=16, twin=False)
     radius, length = box.children[0].children
     for r, n in ((radius.min, length.min), (radius.min, length.max),
                  (radius.max, length.max), (radius.max, length.min)):

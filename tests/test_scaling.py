@@ -1,5 +1,5 @@
 """aiayn.experiments.variance: the variance argument for 1/sqrt(d_k), the softmax Jacobian, the
-attention reader of chapter 3, its task (data.py), plot (viz.py) and explorer."""
+attention reader of chapter 3, its task, plots and explorer (aiayn.figures.variance)."""
 
 from __future__ import annotations
 
@@ -285,7 +285,7 @@ def test_scaling_explorer_redraws_at_the_extremes(monkeypatch):
         return fig
 
     monkeypatch.setattr(aiayn.figures.variance, "plot_scaling_view", recording_view)
-    box = scaling_explorer()
+    box = scaling_explorer(twin=False)
     d_k, scaled = box.children[0].children
     assert calls == [(64, True, True)]
     assert (d_k.options[0], d_k.options[-1]) == (1, 1024)

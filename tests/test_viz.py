@@ -1,4 +1,4 @@
-"""Plots (viz.py) and the ipywidgets explorers (widgets.py), on the Agg backend."""
+"""Chapter 2's plots and explorer (aiayn.figures.attention), on the Agg backend."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def test_attention_explorer_redraws_at_the_extremes(monkeypatch):
 
     monkeypatch.setattr(aiayn.figures.attention, "plot_attention_view", recording_view)
     q, k, v = qkv()
-    box = attention_explorer(TOKENS, q, k, v)
+    box = attention_explorer(TOKENS, q, k, v, twin=False)
     assert isinstance(box, ipywidgets.Widget)
     pick, temperature, causal = box.children[0].children
     assert len(calls) == 1  # drawn once on creation

@@ -12,8 +12,10 @@ import numpy as np
 import torch
 
 from .style import _as_2d
+from .views import Control, can_build_twin, explorer_box, grid_explorer
 
-__all__ = ["plot_attention", "plot_weight_bars", "plot_attention_view", "attention_explorer"]
+__all__ = ["plot_attention", "plot_weight_bars", "plot_attention_view", "attention_explorer",
+           "attention_twin", "TWIN_TEMPERATURES"]
 
 
 def plot_attention(
@@ -110,13 +112,16 @@ def plot_attention_view(
 
 
 def attention_explorer(
-    tokens: Sequence[str], query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    tokens: Sequence[str], query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    twin: bool = True,
 ):
     """Pick a query token, change the softmax temperature, toggle the causal mask.
 
     Redraws :func:`aiayn.figures.attention.plot_attention_view` on every change. The temperature
     slider spans 0.01 to 100 on a log scale; both ends stay finite (the softmax
     subtracts the row maximum), so no setting produces NaN.
+    ``twin`` (ipywidgets 8): also build the precomputed twin the HTML book shows
+    (:mod:`aiayn.figures.views`).
     Returns the widget box (display it as the last expression of a cell).
     """
     import ipywidgets as w
@@ -144,4 +149,38 @@ def attention_explorer(
     for control in (pick, temperature, causal):
         control.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([pick, temperature, causal]), out])
+    twin = attention_twin(tokens, query, key, value) if twin and can_build_twin() else None
+    return explorer_box([w.HBox([pick, temperature, causal]), out], twin)
+
+
+#: The temperatures the HTML book's explorer offers (the live slider's ends and three between).
+TWIN_TEMPERATURES = (0.01, 0.1, 1.0, 10.0, 100.0)
+
+
+def attention_twin(tokens: Sequence[str], query: torch.Tensor, key: torch.Tensor,
+                   value: torch.Tensor):
+    """The precomputed twin of :func:`attention_explorer` for the HTML book: every query token,
+    the temperatures of :data:`TWIN_TEMPERATURES`, the causal mask off and on."""
+    from ..attention import scaled_dot_product_attention
+    from ..masks import causal_mask
+
+    n = len(tokens)
+
+    def caption(query_index, temperature, causal):
+        mask = causal_mask(n, device=query.device) if causal else None
+        scale = 1.0 / (math.sqrt(query.shape[-1]) * temperature)
+        _, weights = scaled_dot_product_attention(query, key, value, mask, scale=scale)
+        row = weights[query_index]
+        top = int(row.argmax())
+        text = (f"query '{tokens[query_index]}': most weight on '{tokens[top]}' "
+                f"({float(row[top]):.3f})")
+        return text, {"top": top, "weights": ",".join(f"{float(x):.4f}" for x in row)}
+
+    controls = [
+        Control("query", [(t, i) for i, t in enumerate(tokens)], 0, "dropdown"),
+        Control("temperature", [(f"{t:g}", t) for t in TWIN_TEMPERATURES], 2),
+        Control("causal mask", [("off", False), ("on", True)], 0, "toggle"),
+    ]
+    return grid_explorer(
+        controls, lambda q, t, c: plot_attention_view(tokens, query, key, value, q, t, c),
+        caption)

@@ -10,7 +10,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-__all__ = ["plot_layer_costs", "plot_measured_costs", "plot_hops", "complexity_explorer"]
+from .views import Control, can_build_twin, explorer_box, grid_explorer
+
+__all__ = [
+    "plot_layer_costs",
+    "plot_measured_costs",
+    "plot_hops",
+    "complexity_explorer",
+    "complexity_twin",
+]
 
 
 _LAYER_COLORS = {"self-attention": "#4c72b0", "recurrent": "#dd8452",
@@ -82,7 +90,7 @@ def plot_hops(hops: dict, fig: plt.Figure | None = None) -> plt.Figure:
     return fig
 
 
-def complexity_explorer(d: int = 512):
+def complexity_explorer(d: int = 512, twin: bool = True):
     """Chapter 8: Table 1's FLOPs against ``n`` for a width ``d``, kernel ``k`` and
     window ``r`` chosen with sliders; the self-attention / recurrent crossover (n = d)
     moves with ``d``. Returns the widget box."""
@@ -107,4 +115,33 @@ def complexity_explorer(d: int = 512):
     for control in (width, kernel, window, n_max):
         control.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([width, kernel]), w.HBox([window, n_max]), out])
+    twin = complexity_twin(d) if twin and can_build_twin() else None
+    return explorer_box([w.HBox([width, kernel]), w.HBox([window, n_max]), out], twin)
+
+
+def complexity_twin(d: int = 512):
+    """The precomputed twin of :func:`complexity_explorer` for the HTML book, on a grid that
+    holds both ends of every live slider: d in 16, 512 (or the chapter's ``d``) and 4096;
+    k in 3 and 31; r in 3 and 255; the largest n in 64, 8192 and 65536."""
+    from ..experiments.costs import crossover_length, layer_cost
+
+    def caption(width, k, r, n_max):
+        attention = layer_cost("self-attention", n_max, width).flops
+        recurrent = layer_cost("recurrent", n_max, width).flops
+        cross = crossover_length(width)
+        return (f"d = {width}: self-attention and recurrence cost the same at n = {cross:g}; "
+                f"at n = {n_max} attention / recurrent FLOPs = {attention / recurrent:.3g}",
+                {"crossover": f"{cross:g}", "ratio": f"{attention / recurrent:.6g}"})
+
+    widths = sorted({16, d, 4096})
+    controls = [Control("d", [(str(v), v) for v in widths], widths.index(d)),
+                Control("kernel k", [(str(v), v) for v in (3, 31)], 0),
+                Control("window r", [(str(v), v) for v in (3, 255)], 1),
+                Control("largest n", [(str(v), v) for v in (64, 8192, 65536)], 1)]
+
+    def draw(width, k, r, n_max):
+        fig, ax = plt.subplots()
+        plot_layer_costs(width, k, r, n_max, ax=ax)
+        return fig
+
+    return grid_explorer(controls, draw, caption)

@@ -12,6 +12,7 @@ import torch
 
 from ..model import Transformer, TransformerConfig, count_parameters
 from .attention import plot_attention
+from .views import Control, can_build_twin, explorer_box, grid_explorer
 
 __all__ = [
     "plot_architecture",
@@ -19,6 +20,8 @@ __all__ = [
     "plot_training_runs",
     "plot_model_attention",
     "encoder_decoder_explorer",
+    "encoder_decoder_twin",
+    "TWIN_DATES",
 ]
 
 
@@ -185,7 +188,8 @@ def plot_model_attention(maps: dict, kind: str, layer: int, head: int | None,
     return ax
 
 
-def encoder_decoder_explorer(model, tokenizer, text: str = "Nov 29, 2026"):
+def encoder_decoder_explorer(model, tokenizer, text: str = "Nov 29, 2026",
+                             twin: bool = True):
     """Chapter 6: every attention map of a trained date model. Type a date; pick the kind
     of attention (encoder self, decoder self, cross), the layer and the head (or their
     mean). The decoder reads the model's own greedy answer; input the model cannot read
@@ -227,4 +231,61 @@ def encoder_decoder_explorer(model, tokenizer, text: str = "Nov 29, 2026"):
     for control in (box, kind, layer, head):
         control.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([box, kind]), w.HBox([layer, head]), out])
+    twin = (encoder_decoder_twin(model, tokenizer, (text, *TWIN_DATES))
+            if twin and can_build_twin() else None)
+    return explorer_box([w.HBox([box, kind]), w.HBox([layer, head]), out], twin)
+
+
+#: Inputs the HTML book offers instead of a text box, after the chapter's own: another form
+#: of date, and input the model cannot read.
+TWIN_DATES = ("2049.12.31", "hello")
+
+
+def encoder_decoder_twin(model, tokenizer, texts: Sequence[str]):
+    """The precomputed twin of :func:`encoder_decoder_explorer` for the HTML book: a fixed
+    list of ``texts`` (duplicates dropped), every kind of attention, layer and head (and the
+    mean over heads). An input the model cannot read shows the reason instead of a map."""
+    import matplotlib.pyplot as plt
+
+    from ..inspection import ATTENTION_KINDS, attention_maps
+    from ..learning.decode import translate
+
+    texts = list(dict.fromkeys(texts))
+    n_layers, n_heads = model.config.n_layers, model.config.n_heads
+    device = next(model.parameters()).device
+    runs = {}
+    for text in texts:  # one translation and one set of maps per input
+        result = translate(model, tokenizer, text)
+        maps = None
+        if not result["error"]:
+            src = torch.tensor([tokenizer.encode(text)], device=device)
+            answer = tokenizer.encode(result["output"], bos=True, eos=False)
+            maps = attention_maps(model, src, torch.tensor([answer], device=device))
+        runs[text] = (result, maps)
+
+    def draw(text, kind, layer, head):
+        result, maps = runs[text]
+        if maps is None:
+            fig, ax = plt.subplots(figsize=(6, 1.2))
+            ax.axis("off")
+            ax.text(0, 0.5, f"Cannot read {text!r}: {result['error']}", va="center")
+            return fig
+        ax = plot_model_attention(maps, kind, layer, head, result["source"],
+                                  ["<bos>", *result["output"]])
+        return ax.figure
+
+    def caption(text, kind, layer, head):
+        result, maps = runs[text]
+        if maps is None:
+            return f"{text!r}: {result['error']}", {"output": ""}
+        return f"{text!r} -> {result['output']!r}", {"output": result["output"]}
+
+    controls = [
+        Control("date", [(t, t) for t in texts], 0, "dropdown"),
+        Control("attention", [(k, k) for k in ATTENTION_KINDS], ATTENTION_KINDS.index("cross"),
+                "dropdown"),
+        Control("layer", [(str(i + 1), i) for i in range(n_layers)], n_layers - 1, "dropdown"),
+        Control("head", [("mean", None)] + [(str(i + 1), i) for i in range(n_heads)], 0,
+                "dropdown"),
+    ]
+    return grid_explorer(controls, draw, caption)

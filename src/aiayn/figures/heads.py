@@ -11,8 +11,15 @@ import numpy as np
 import torch
 
 from .style import _as_2d
+from .views import Control, can_build_twin, explorer_box, grid_explorer
 
-__all__ = ["plot_head_maps", "plot_head_masses", "plot_head_view", "head_explorer"]
+__all__ = [
+    "plot_head_maps",
+    "plot_head_masses",
+    "plot_head_view",
+    "head_explorer",
+    "head_twin",
+]
 
 
 def _mark_relations(ax: plt.Axes, n_rows: int, matching: Sequence[int] | None) -> None:
@@ -141,7 +148,7 @@ def plot_head_view(
 
 
 def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[str]],
-                  matching: torch.Tensor | None = None):
+                  matching: torch.Tensor | None = None, twin: bool = True):
     """Chapter 4: pick a trained model, a layer, a head and an input; the map redraws.
 
     ``models`` maps a name to a model with an ``attention_maps(tokens)`` method returning
@@ -150,6 +157,8 @@ def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[
     the position of each token's match (outlined in orange). The maps are computed once, so
     every control only redraws :func:`aiayn.figures.heads.plot_head_view`. Switching the model resets
     the layer and head menus to what that model has.
+    ``twin`` (ipywidgets 8): also build the precomputed twin the HTML book shows
+    (:mod:`aiayn.figures.views`).
     Returns the widget box (display it as the last expression of a cell).
     """
     import ipywidgets as w
@@ -205,4 +214,29 @@ def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[
     for control in (layer, head, example):
         control.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([model, layer, head]), example, out])
+    twin = head_twin(maps, labels, matching) if twin and can_build_twin() else None
+    return explorer_box([w.HBox([model, layer, head]), example, out], twin)
+
+
+def head_twin(maps: dict, labels: Sequence[Sequence[str]], matching: torch.Tensor | None = None):
+    """The precomputed twin of :func:`head_explorer` for the HTML book: every head of every
+    layer of every model (one menu), for every input. ``maps`` maps a model's name to its
+    ``(L, N, H, T, T)`` attention maps."""
+    heads = [(f"{name}, layer {layer}, head {head}", (name, layer, head))
+             for name, m in maps.items() for layer in range(m.shape[0])
+             for head in range(m.shape[2])]
+
+    def draw(which, i):
+        name, layer, head = which
+        return plot_head_view(maps[name][:, i], labels[i], layer, head,
+                              None if matching is None else matching[i].tolist())
+
+    def caption(which, i):
+        name, layer, head = which
+        row_max = maps[name][layer, i, head].max(dim=-1).values  # (T,) each query's top weight
+        return (f"{name}, layer {layer}, head {head}, input {i}: mean top weight "
+                f"{float(row_max.mean()):.3f}", {"mean-top": f"{float(row_max.mean()):.4f}"})
+
+    controls = [Control("head", heads, 0, "dropdown"),
+                Control("input", [(str(i), i) for i in range(len(labels))], 0)]
+    return grid_explorer(controls, draw, caption)

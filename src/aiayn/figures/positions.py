@@ -9,13 +9,13 @@ import numpy as np
 import torch
 
 from .style import _as_2d
+from .views import Control, can_build_twin, explorer_box, grid_explorer
 
 __all__ = [
     "plot_positional_encoding",
     "plot_positional_view",
     "plot_accuracy_curves",
-    "positional_explorer",
-]
+    "positional_explorer", "positional_twin"]
 
 
 def plot_positional_encoding(
@@ -111,13 +111,15 @@ def plot_accuracy_curves(
     return ax
 
 
-def positional_explorer(d_model: int = 128, n_positions: int = 128):
+def positional_explorer(d_model: int = 128, n_positions: int = 128, twin: bool = True):
     """Pick a position and a dimension of the sinusoidal table (chapter 5).
 
     Redraws :func:`aiayn.figures.positions.plot_positional_view` on every change: the table, the
     encoding vector of the position, the dimension's sinusoid, and the similarity of
     the position's encoding to every other. Both sliders cover their full ranges
     (position 0 to ``n_positions - 1``, dimension 0 to ``d_model - 1``).
+    ``twin`` (ipywidgets 8): also build the precomputed twin the HTML book shows
+    (:mod:`aiayn.figures.views`).
     Returns the widget box (display it as the last expression of a cell).
     """
     import ipywidgets as w
@@ -139,4 +141,31 @@ def positional_explorer(d_model: int = 128, n_positions: int = 128):
     for control in (position, dimension):
         control.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([position, dimension]), out])
+    twin = positional_twin(d_model, n_positions) if twin and can_build_twin() else None
+    return explorer_box([w.HBox([position, dimension]), out], twin)
+
+
+def _grid(n: int, points: tuple[int, ...]) -> list[int]:
+    """``points`` that fall inside ``range(n)``, with both ends of the range."""
+    return sorted({0, n - 1, *(p for p in points if 0 <= p < n)})
+
+
+def positional_twin(d_model: int = 128, n_positions: int = 128):
+    """The precomputed twin of :func:`positional_explorer` for the HTML book, on a grid:
+    positions 0, 1, 10, 50 and the last; dimensions 0, 1, 10, 64 and the last (both ends of
+    both live sliders are included)."""
+    from ..positional import sinusoidal_encoding
+
+    table = sinusoidal_encoding(n_positions, d_model)
+
+    def caption(position, dimension):
+        value = float(table[position, dimension])
+        return (f"PE[{position}, {dimension}] = {value:.4f}", {"pe": f"{value:.6f}"})
+
+    positions = _grid(n_positions, (1, 10, 50))
+    dimensions = _grid(d_model, (1, 10, 64))
+    controls = [Control("position", [(str(p), p) for p in positions],
+                        positions.index(min(10, n_positions - 1))),
+                Control("dimension", [(str(i), i) for i in dimensions], 0)]
+    return grid_explorer(
+        controls, lambda p, i: plot_positional_view(p, i, d_model, n_positions), caption)

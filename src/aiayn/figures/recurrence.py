@@ -10,7 +10,15 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["plot_gradient_decay", "gradient_decay_explorer"]
+from .views import Control, can_build_twin, explorer_box, grid_explorer
+
+__all__ = [
+    "plot_gradient_decay",
+    "gradient_decay_explorer",
+    "gradient_decay_twin",
+    "TWIN_RADII",
+    "TWIN_LENGTHS",
+]
 
 
 def plot_gradient_decay(
@@ -52,12 +60,15 @@ def plot_gradient_decay(
     return ax
 
 
-def gradient_decay_explorer(d_model: int = 64, input_std: float = 0.1, seed: int = 0):
+def gradient_decay_explorer(d_model: int = 64, input_std: float = 0.1, seed: int = 0,
+                            twin: bool = True):
     """Move the spectral radius of ``W_hh`` and the sequence length; the curve of the
     gradient norm against distance redraws (:func:`aiayn.figures.recurrence.plot_gradient_decay`).
 
     The radius spans 0.3 to 2.5 and the length 10 to 300 steps; the norms are carried
     as logarithms, so neither extreme underflows, overflows or gives NaN.
+    ``twin`` (ipywidgets 8): also build the precomputed twin the HTML book shows
+    (:mod:`aiayn.figures.views`).
     Returns the widget box (display it as the last expression of a cell).
     """
     import ipywidgets as w
@@ -80,4 +91,31 @@ def gradient_decay_explorer(d_model: int = 64, input_std: float = 0.1, seed: int
     for control in (radius, length):
         control.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([radius, length]), out])
+    twin = gradient_decay_twin(d_model, input_std, seed) if twin and can_build_twin() else None
+    return explorer_box([w.HBox([radius, length]), out], twin)
+
+
+#: The grid of the HTML book's explorer: radii around 1 (where the decay turns into growth)
+#: with both ends of the live slider, and lengths at both ends and the default.
+TWIN_RADII = (0.3, 0.7, 0.9, 1.0, 1.1, 1.5, 2.5)
+TWIN_LENGTHS = (10, 100, 300)
+
+
+def gradient_decay_twin(d_model: int = 64, input_std: float = 0.1, seed: int = 0):
+    """The precomputed twin of :func:`gradient_decay_explorer` for the HTML book: the radii
+    of :data:`TWIN_RADII` and the lengths of :data:`TWIN_LENGTHS`."""
+    from ..experiments.recurrence import gradient_decay
+
+    def caption(radius, length):
+        log_norms = gradient_decay(radius, length, d_model, input_std, seed=seed)
+        log10_far = float(log_norms[-1]) / math.log(10)
+        text = f"radius {radius:g}: the gradient {length} steps back is 10^{log10_far:.1f}"
+        return text, {"log10-far": f"{log10_far:.4f}"}
+
+    controls = [Control("radius", [(f"{r:g}", r) for r in TWIN_RADII], TWIN_RADII.index(0.9)),
+                Control("length", [(str(n), n) for n in TWIN_LENGTHS], TWIN_LENGTHS.index(100))]
+    return grid_explorer(
+        controls,
+        lambda radius, length: plot_gradient_decay([radius], length, d_model, input_std,
+                                                   seed).figure,
+        caption)

@@ -4,10 +4,20 @@ cross-attention, and the explorer that translates the reader's own dates.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["plot_translation", "date_explorer"]
+from .views import Control, can_build_twin, explorer_box, grid_explorer
+
+__all__ = [
+    "plot_translation",
+    "date_explorer",
+    "date_twin",
+    "TWIN_INPUTS",
+    "TWIN_BEAMS",
+]
 
 
 def plot_translation(result: dict, title: str | None = None) -> plt.Figure:
@@ -35,7 +45,7 @@ def plot_translation(result: dict, title: str | None = None) -> plt.Figure:
     return fig
 
 
-def date_explorer(model, tokenizer, text: str = "Nov 29, 2026"):
+def date_explorer(model, tokenizer, text: str = "Nov 29, 2026", twin: bool = True):
     """Chapter 7: type a date in any form and see the model's ISO date, the confidence
     of each character and the cross-attention. A beam-size slider switches between
     greedy decoding (1) and beam search; input the model cannot read gets a message."""
@@ -63,4 +73,43 @@ def date_explorer(model, tokenizer, text: str = "Nov 29, 2026"):
     for control in (box, beam):
         control.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([box, beam]), out])
+    twin = (date_twin(model, tokenizer, (text, *TWIN_INPUTS))
+            if twin and can_build_twin() else None)
+    return explorer_box([w.HBox([box, beam]), out], twin)
+
+
+#: Inputs the HTML book offers instead of a text box, after the chapter's own: two other forms
+#: of date, an impossible date and text that is no date.
+TWIN_INPUTS = ("2049.12.31", "1 January 1950", "Feb 30, 2020", "hello world")
+TWIN_BEAMS = (1, 2, 4, 8)
+
+
+def date_twin(model, tokenizer, texts: Sequence[str]):
+    """The precomputed twin of :func:`date_explorer` for the HTML book: a fixed list of
+    ``texts`` (duplicates dropped) and the beam sizes of :data:`TWIN_BEAMS` (the live slider's
+    ends among them). An input the model cannot read shows the reason."""
+    import matplotlib.pyplot as plt
+
+    from ..learning.decode import translate
+
+    texts = list(dict.fromkeys(texts))
+    results = {(t, b): translate(model, tokenizer, t, b) for t in texts for b in TWIN_BEAMS}
+
+    def draw(text, beam):
+        result = results[(text, beam)]
+        if result["error"]:
+            fig, ax = plt.subplots(figsize=(6, 1.2))
+            ax.axis("off")
+            ax.text(0, 0.5, f"Cannot read {text!r}: {result['error']}", va="center")
+            return fig
+        return plot_translation(result)
+
+    def caption(text, beam):
+        result = results[(text, beam)]
+        if result["error"]:
+            return f"{text!r}: {result['error']}", {"output": ""}
+        return f"{text!r} -> {result['output']!r} (beam {beam})", {"output": result["output"]}
+
+    controls = [Control("date", [(t, t) for t in texts], 0, "dropdown"),
+                Control("beam size", [(str(b), b) for b in TWIN_BEAMS], 0)]
+    return grid_explorer(controls, draw, caption)

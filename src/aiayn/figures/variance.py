@@ -11,12 +11,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from .views import Control, can_build_twin, explorer_box, grid_explorer
+
 __all__ = [
     "plot_dot_product_variance",
     "plot_scaling_view",
     "plot_scaling_training",
-    "scaling_explorer",
-]
+    "scaling_explorer", "scaling_twin"]
 
 
 def plot_dot_product_variance(
@@ -139,7 +140,7 @@ def plot_scaling_training(
     return ax
 
 
-def scaling_explorer(n_keys: int = 16, seed: int = 0):
+def scaling_explorer(n_keys: int = 16, seed: int = 0, twin: bool = True):
     """Chapter 3: pick ``d_k`` (1 to 1024) and switch the ``1/sqrt(d_k)`` scaling on or off.
 
     Redraws :func:`aiayn.figures.variance.plot_scaling_view`: the histogram of the scores, one
@@ -165,4 +166,26 @@ def scaling_explorer(n_keys: int = 16, seed: int = 0):
     for control in (d_k, scaled):
         control.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([d_k, scaled]), out])
+    twin = scaling_twin(n_keys, seed) if twin and can_build_twin() else None
+    return explorer_box([w.HBox([d_k, scaled]), out], twin)
+
+
+def scaling_twin(n_keys: int = 16, seed: int = 0):
+    """The precomputed twin of :func:`scaling_explorer` for the HTML book: every ``d_k`` of
+    the live slider (1 to 1024) with the scaling on and off."""
+    from ..experiments.variance import attention_score_rows
+
+    def caption(d_k, scaled):
+        raw = attention_score_rows(d_k, 1000, n_keys, torch.Generator().manual_seed(seed),
+                                   scaled=False)
+        scores = raw / math.sqrt(d_k) if scaled else raw
+        std = float(scores.flatten().std(unbiased=False))
+        return (f"d_k = {d_k}, {'scaled' if scaled else 'unscaled'}: the scores' standard "
+                f"deviation is {std:.2f}", {"std": f"{std:.4f}"})
+
+    d_ks = [2**i for i in range(11)]
+    controls = [Control("d_k", [(str(d), d) for d in d_ks], d_ks.index(64)),
+                Control("divide by sqrt(d_k)", [("yes", True), ("no", False)], 0, "toggle")]
+    return grid_explorer(
+        controls, lambda d_k, scaled: plot_scaling_view(d_k, scaled, n_keys=n_keys, seed=seed),
+        caption)
