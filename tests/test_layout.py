@@ -128,7 +128,8 @@ def test_no_module_over_400_lines():
 
 def test_the_model_is_at_the_top_and_the_subpackages_are_the_four_kinds():
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
-    assert top == ["attention", "inspection", "layers", "masks", "model", "positional", "utils"]
+    assert top == ["attention", "inspection", "layers", "masks", "model", "positional", "pretrained",
+                   "utils"]
     subpackages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
     assert subpackages == ["experiments", "figures", "learning", "train"]
 

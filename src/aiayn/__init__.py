@@ -9,6 +9,7 @@ from .layers import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward
 from .masks import causal_mask, padding_mask
 from .model import Transformer, TransformerConfig, count_parameters
 from .positional import PositionalEncoding, offset_matrix, sinusoidal_encoding
+from .pretrained import BertConfig, BertEncoder, load_minilm, load_tokenizer, trace_sentences
 from .utils import get_device, glue, set_seed
 
 __version__ = "0.1.0"
@@ -21,4 +22,5 @@ __all__ = [
     "PositionalEncoding", "sinusoidal_encoding", "offset_matrix",
     "get_device", "glue", "set_seed",
     "attention_maps",
+    "BertConfig", "BertEncoder", "load_minilm", "load_tokenizer", "trace_sentences",
 ]

@@ -5,43 +5,73 @@ placement, Post-LN (``norm_first=False``), normalises after the residual sum:
 ``x = LayerNorm(x + Sublayer(x))``. Pre-LN (``norm_first=True``) normalises the
 sub-layer's input instead, ``x = x + Sublayer(LayerNorm(x))``, and then needs one
 final LayerNorm after the stack.
+
+Two options serve pretrained encoders such as BERT (:mod:`aiayn.pretrained`) and change
+nothing by default: ``activation`` (the paper's ReLU, or the exact erf GELU) and
+``layer_norm_eps`` (PyTorch's 1e-5, or BERT's 1e-12).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .attention import MultiHeadAttention
 
 __all__ = ["FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder"]
 
+# The feed-forward activations: the paper's ReLU, and BERT's GELU (the exact erf form,
+# ``x * Phi(x)``, not the tanh approximation, so that BERT's weights give BERT's outputs).
+_ACTIVATIONS = {"relu": torch.relu, "gelu": F.gelu}
+
+
+def _check_activation(activation: str) -> None:
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+
+
+def _check_eps(layer_norm_eps: float) -> None:
+    if not isinstance(layer_norm_eps, (int, float)) or not 0 < layer_norm_eps < 1:
+        raise ValueError(f"layer_norm_eps must be a small positive number, got {layer_norm_eps!r}")
+
 
 class FeedForward(nn.Module):
-    """Position-wise feed-forward network (Eq. 2): ``max(0, x W1 + b1) W2 + b2``."""
+    """Position-wise feed-forward network (Eq. 2): ``max(0, x W1 + b1) W2 + b2``.
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+    ``activation="gelu"`` replaces ``max(0, .)`` by GELU, as BERT does."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
+        _check_activation(activation)
+        self.activation = activation
         self.linear1 = nn.Linear(d_model, d_ff)  # W1: d_model -> d_ff
         self.linear2 = nn.Linear(d_ff, d_model)  # W2: d_ff -> d_model
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, T, d_model) -> (B, T, d_model)``, each position on its own."""
-        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+        hidden = _ACTIVATIONS[self.activation](self.linear1(x))  # (B, T, d_ff)
+        return self.linear2(self.dropout(hidden))
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention then feed-forward, each with a residual connection and LayerNorm."""
+    """Self-attention then feed-forward, each with a residual connection and LayerNorm.
+
+    ``activation`` is the feed-forward's (``"relu"`` or ``"gelu"``) and ``layer_norm_eps``
+    the epsilon of both LayerNorms; the defaults are the paper's layer."""
 
     def __init__(
-        self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False
+        self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False,
+        *, activation: str = "relu", layer_norm_eps: float = 1e-5,
     ):
         super().__init__()
+        _check_eps(layer_norm_eps)
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout)
-        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
     def _self_attention(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -129,16 +159,21 @@ class DecoderLayer(nn.Module):
 
 
 class Encoder(nn.Module):
-    """``n_layers`` encoder layers; a final LayerNorm only for Pre-LN."""
+    """``n_layers`` encoder layers; a final LayerNorm only for Pre-LN.
+
+    ``activation`` and ``layer_norm_eps`` go to every layer (see :class:`EncoderLayer`)."""
 
     def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int,
-                 dropout: float = 0.1, norm_first: bool = False):
+                 dropout: float = 0.1, norm_first: bool = False,
+                 *, activation: str = "relu", layer_norm_eps: float = 1e-5):
         super().__init__()
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers)
+            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first,
+                         activation=activation, layer_norm_eps=layer_norm_eps)
+            for _ in range(n_layers)
         )
         # Post-LN layers already end in a LayerNorm; Pre-LN leaves the residual stream un-normalised.
-        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps) if norm_first else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         for layer in self.layers:
