@@ -201,3 +201,19 @@ def test_beam_search_trace_shows_every_step_and_changes_nothing():
     assert all(len(step) == 2 for step in batch)  # one entry per source
     with pytest.raises(TypeError, match="trace must be a list"):
         beam_search(model, src, BOS, EOS, trace=())
+
+
+def test_translate_labels_every_decoded_id_even_specials():
+    """An untrained model's beam may emit <pad> or <bos>: each still gets a label, so the
+    characters and their confidences line up (chapter 7's figure draws one bar per id)."""
+    from aiayn import Transformer
+    from aiayn.learning.data import date_tokenizer
+    from aiayn.learning.decode import translate
+    from aiayn.learning.recipes import date_config
+
+    tokenizer = date_tokenizer()
+    torch.manual_seed(0)
+    model = Transformer(date_config(tokenizer, n_layers=1, d_model=16, n_heads=2, d_ff=32)).eval()
+    for beam in (1, 4, 8):
+        result = translate(model, tokenizer, "Nov 29, 2026", beam)
+        assert len(result["chars"]) == len(result["confidence"]) == result["attention"].shape[0]

@@ -281,7 +281,9 @@ def translate(model: Transformer, tokenizer, text: str, beam_size: int = 1, max_
     maps = cross_attention(model, src, tgt[:, :-1])
     result.update(
         output=tokenizer.decode(out),
-        chars=[*tokenizer.decode(out), "<eos>"],
+        # one label per decoded id (an untrained model may emit <pad> or <bos>, which
+        # decode() drops), so chars and confidence always have the same length
+        chars=[*(tokenizer.decode([t]) or tokenizer.specials[t] for t in out), "<eos>"],
         confidence=probs.gather(-1, tgt[0, 1:, None])[:, 0].tolist(),
         attention=maps[-1][0].mean(dim=0).cpu(),  # (H, T, S) -> (T, S)
         source=[*text, "<eos>"],
