@@ -169,6 +169,14 @@ def pytest_sessionfinish(session):
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput["parity_max"] = dict(PARITY_MAX)
+        return
+    # The controller (or a run without xdist): remove the Colab-like environment that
+    # tests/test_colab_like.py built for the session (5.5 GB).
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is not None and factory._basetemp is not None:
+        import shutil
+
+        shutil.rmtree(factory.getbasetemp() / "colab-template", ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)

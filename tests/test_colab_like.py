@@ -30,6 +30,7 @@ They also check that the URL written in every notebook's Colab cell is the one
 from __future__ import annotations
 
 import ast
+import fcntl
 import glob
 import json
 import os
@@ -177,15 +178,9 @@ def _pins() -> list[str]:
     return [f"{name}=={version}" for name, version in COLAB_RUNTIME.items()]
 
 
-@pytest.fixture(scope="session")
-def colab_python(tmp_path_factory) -> Iterator[Path]:
-    """A fresh environment on Colab's Python with Colab's pinned packages, the checker
-    (installed under those pins as constraints), and a stand-in google.colab.
-
-    ``make nbval`` runs the notebooks on two pytest-xdist workers (each chapter trains
-    on one thread); each worker builds its own environment, so that two chapters never
-    pip-install aiayn into the same one at once."""
-    root = tmp_path_factory.mktemp("colab")
+def _build_colab_env(root: Path) -> None:
+    """``root/venv``: Colab's Python with Colab's pinned packages, the checker (installed
+    under those pins as constraints), and a stand-in google.colab."""
     env_dir = root / "venv"
     _run([_colab_interpreter(), "-m", "venv", env_dir])
     constraints = root / "colab-constraints.txt"
@@ -195,8 +190,40 @@ def colab_python(tmp_path_factory) -> Iterator[Path]:
           "-c", constraints, *_pins(), *CHECKER_PACKAGES], timeout=1800)
     site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
     Path(site.stdout.strip(), "sitecustomize.py").write_text(SITECUSTOMIZE)
-    yield python
-    shutil.rmtree(env_dir, ignore_errors=True)  # 5.5 GB; pytest keeps its last 3 temp dirs
+
+
+def colab_template_dir(basetemp: Path) -> Path:
+    """Where the session's one built environment lives: beside the xdist workers' own
+    temporary folders (their common parent), or in the session's folder without xdist."""
+    shared = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+    return shared / "colab-template"
+
+
+@pytest.fixture(scope="session")
+def colab_python(tmp_path_factory) -> Iterator[Path]:
+    """A fresh environment on Colab's Python with Colab's pinned packages, the checker
+    and a stand-in google.colab.
+
+    ``make nbval`` runs the notebooks on two pytest-xdist workers (each chapter trains
+    on one thread). The first worker to get here builds the environment once (4.7 GB of
+    PyTorch among it), under a lock; each worker then works in its own copy, made of hard
+    links (seconds, no more disk), so that two chapters never pip-install aiayn into the
+    same environment at once (pip replaces files, it does not write into them, so a
+    worker's install never changes the other's). ``tests/conftest.py`` removes the built
+    environment when the session ends."""
+    template = colab_template_dir(tmp_path_factory.getbasetemp())
+    template.mkdir(exist_ok=True)
+    with (template / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (template / "ready").exists():
+            shutil.rmtree(template / "venv", ignore_errors=True)  # a build that failed
+            _build_colab_env(template)
+            (template / "ready").write_text("")
+    root = tmp_path_factory.mktemp("colab")
+    _run(["cp", "-al", template / "venv", root / "venv"])
+    shutil.copy(template / "colab-constraints.txt", root / "colab-constraints.txt")
+    yield root / "venv" / "bin" / "python"
+    shutil.rmtree(root / "venv", ignore_errors=True)  # hard links: the template stays
 
 
 def _clean_env(colab_python: Path) -> dict:

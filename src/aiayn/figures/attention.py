@@ -113,13 +113,14 @@ def plot_attention_view(
 
 def attention_explorer(
     tokens: Sequence[str], query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-    twin: bool = True,
+    twin: bool = True, query_index: int = 0,
 ):
     """Pick a query token, change the softmax temperature, toggle the causal mask.
 
     Redraws :func:`aiayn.figures.attention.plot_attention_view` on every change. The temperature
     slider spans 0.01 to 100 on a log scale; both ends stay finite (the softmax
     subtracts the row maximum), so no setting produces NaN.
+    ``query_index`` is the query shown first (the most instructive one for the reader).
     ``twin`` (ipywidgets 8): also build the precomputed twin the HTML book shows
     (:mod:`aiayn.figures.views`).
     Returns the widget box (display it as the last expression of a cell).
@@ -130,10 +131,14 @@ def attention_explorer(
 
     if len(tokens) != query.shape[-2]:
         raise ValueError(f"got {len(tokens)} tokens for {query.shape[-2]} query rows")
-    pick = w.Dropdown(options=[(t, i) for i, t in enumerate(tokens)], value=0, description="query")
+    if not (isinstance(query_index, int) and 0 <= query_index < len(tokens)):
+        raise ValueError(f"query_index must be in [0, {len(tokens) - 1}], got {query_index!r}")
+    wide = {"description_width": "initial"}  # labels in full, not cut to "temperat..."
+    pick = w.Dropdown(options=[(t, i) for i, t in enumerate(tokens)], value=query_index,
+                      description="query", style=wide)
     temperature = w.FloatLogSlider(value=1.0, base=10, min=-2, max=2, step=0.05,
-                                   description="temperature", readout_format=".2f")
-    causal = w.Checkbox(value=False, description="causal mask")
+                                   description="temperature", readout_format=".2f", style=wide)
+    causal = w.Checkbox(value=False, description="causal mask", style=wide)
     out = w.Output()
 
     def redraw(*_):
@@ -149,7 +154,8 @@ def attention_explorer(
     for control in (pick, temperature, causal):
         control.observe(redraw, names="value")
     redraw()
-    twin = attention_twin(tokens, query, key, value) if twin and can_build_twin() else None
+    twin = (attention_twin(tokens, query, key, value, query_index)
+            if twin and can_build_twin() else None)
     return explorer_box([w.HBox([pick, temperature, causal]), out], twin)
 
 
@@ -158,7 +164,7 @@ TWIN_TEMPERATURES = (0.01, 0.1, 1.0, 10.0, 100.0)
 
 
 def attention_twin(tokens: Sequence[str], query: torch.Tensor, key: torch.Tensor,
-                   value: torch.Tensor):
+                   value: torch.Tensor, query_index: int = 0):
     """The precomputed twin of :func:`attention_explorer` for the HTML book: every query token,
     the temperatures of :data:`TWIN_TEMPERATURES`, the causal mask off and on."""
     from ..attention import scaled_dot_product_attention
@@ -177,7 +183,7 @@ def attention_twin(tokens: Sequence[str], query: torch.Tensor, key: torch.Tensor
         return text, {"top": top, "weights": ",".join(f"{float(x):.4f}" for x in row)}
 
     controls = [
-        Control("query", [(t, i) for i, t in enumerate(tokens)], 0, "dropdown"),
+        Control("query", [(t, i) for i, t in enumerate(tokens)], query_index, "dropdown"),
         Control("temperature", [(f"{t:g}", t) for t in TWIN_TEMPERATURES], 2),
         Control("causal mask", [("off", False), ("on", True)], 0, "toggle"),
     ]

@@ -98,10 +98,10 @@ def complexity_explorer(d: int = 512, twin: bool = True):
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    width = w.IntSlider(value=d, min=16, max=4096, step=16, description="d")
-    kernel = w.IntSlider(value=3, min=3, max=31, step=2, description="kernel k")
-    window = w.IntSlider(value=31, min=3, max=255, step=2, description="window r")
-    n_max = w.IntSlider(value=8192, min=64, max=65536, step=64, description="largest n")
+    width = w.IntSlider(style={"description_width": "initial"}, value=d, min=16, max=4096, step=16, description="d")
+    kernel = w.IntSlider(style={"description_width": "initial"}, value=3, min=3, max=31, step=2, description="kernel k")
+    window = w.IntSlider(style={"description_width": "initial"}, value=31, min=3, max=255, step=2, description="window r")
+    n_max = w.IntSlider(style={"description_width": "initial"}, value=8192, min=64, max=65536, step=64, description="largest n")
     out = w.Output()
 
     def redraw(*_):

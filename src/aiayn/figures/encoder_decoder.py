@@ -202,11 +202,11 @@ def encoder_decoder_explorer(model, tokenizer, text: str = "Nov 29, 2026",
     from ..learning.decode import translate
 
     n_layers, n_heads = model.config.n_layers, model.config.n_heads
-    box = w.Text(value=text, description="date", continuous_update=False)
-    kind = w.Dropdown(options=list(ATTENTION_KINDS), value="cross", description="attention")
-    layer = w.Dropdown(options=[(str(i + 1), i) for i in range(n_layers)], value=n_layers - 1,
+    box = w.Text(style={"description_width": "initial"}, value=text, description="date", continuous_update=False)
+    kind = w.Dropdown(style={"description_width": "initial"}, options=list(ATTENTION_KINDS), value="cross", description="attention")
+    layer = w.Dropdown(style={"description_width": "initial"}, options=[(str(i + 1), i) for i in range(n_layers)], value=n_layers - 1,
                        description="layer")
-    head = w.Dropdown(options=[("mean", None)] + [(str(i + 1), i) for i in range(n_heads)],
+    head = w.Dropdown(style={"description_width": "initial"}, options=[("mean", None)] + [(str(i + 1), i) for i in range(n_heads)],
                       value=None, description="head")
     out = w.Output()
 

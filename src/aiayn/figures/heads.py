@@ -174,10 +174,10 @@ def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[
                          f"got {tuple(matching.shape)}")
     maps = {name: m.attention_maps(tokens).cpu() for name, m in models.items()}  # (L, N, H, T, T)
 
-    model = w.Dropdown(options=list(models), description="model")
-    layer = w.Dropdown(description="layer")
-    head = w.Dropdown(description="head")
-    example = w.IntSlider(value=0, min=0, max=tokens.shape[0] - 1, description="input")
+    model = w.Dropdown(style={"description_width": "initial"}, options=list(models), description="model")
+    layer = w.Dropdown(style={"description_width": "initial"}, description="layer")
+    head = w.Dropdown(style={"description_width": "initial"}, description="head")
+    example = w.IntSlider(style={"description_width": "initial"}, value=0, min=0, max=tokens.shape[0] - 1, description="input")
     out = w.Output()
     updating = False
 

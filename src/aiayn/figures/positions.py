@@ -126,9 +126,9 @@ def positional_explorer(d_model: int = 128, n_positions: int = 128, twin: bool =
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    position = w.IntSlider(value=min(10, n_positions - 1), min=0, max=n_positions - 1,
+    position = w.IntSlider(style={"description_width": "initial"}, value=min(10, n_positions - 1), min=0, max=n_positions - 1,
                            description="position")
-    dimension = w.IntSlider(value=0, min=0, max=d_model - 1, description="dimension")
+    dimension = w.IntSlider(style={"description_width": "initial"}, value=0, min=0, max=d_model - 1, description="dimension")
     out = w.Output()
 
     def redraw(*_):

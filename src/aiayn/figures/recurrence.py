@@ -75,9 +75,9 @@ def gradient_decay_explorer(d_model: int = 64, input_std: float = 0.1, seed: int
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    radius = w.FloatSlider(value=0.9, min=0.3, max=2.5, step=0.05,
+    radius = w.FloatSlider(style={"description_width": "initial"}, value=0.9, min=0.3, max=2.5, step=0.05,
                            description="radius", readout_format=".2f")
-    length = w.IntSlider(value=100, min=10, max=300, step=10, description="length")
+    length = w.IntSlider(style={"description_width": "initial"}, value=100, min=10, max=300, step=10, description="length")
     out = w.Output()
 
     def redraw(*_):

@@ -119,10 +119,10 @@ def trained_attention_explorer(model: BertEncoder, tokenizer: Any, sentences: Se
 
     sentences = _check_sentences(sentences)
     config = model.config
-    text = w.Text(value=sentences[0], description="sentence", continuous_update=False,
+    text = w.Text(style={"description_width": "initial"}, value=sentences[0], description="sentence", continuous_update=False,
                   layout=w.Layout(width="95%"))
-    layer = w.IntSlider(value=0, min=0, max=config.n_layers - 1, description="layer")
-    head = w.IntSlider(value=0, min=0, max=config.n_heads - 1, description="head")
+    layer = w.IntSlider(style={"description_width": "initial"}, value=0, min=0, max=config.n_layers - 1, description="layer")
+    head = w.IntSlider(style={"description_width": "initial"}, value=0, min=0, max=config.n_heads - 1, description="head")
     out = w.Output()
     cache: dict[str, tuple[list[str], torch.Tensor]] = {}
 

@@ -55,8 +55,8 @@ def date_explorer(model, tokenizer, text: str = "Nov 29, 2026", twin: bool = Tru
 
     from ..learning.decode import translate
 
-    box = w.Text(value=text, description="date", continuous_update=False)
-    beam = w.IntSlider(value=1, min=1, max=8, description="beam size")
+    box = w.Text(style={"description_width": "initial"}, value=text, description="date", continuous_update=False)
+    beam = w.IntSlider(style={"description_width": "initial"}, value=1, min=1, max=8, description="beam size")
     out = w.Output()
 
     def redraw(*_):

@@ -152,8 +152,8 @@ def scaling_explorer(n_keys: int = 16, seed: int = 0, twin: bool = True):
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    d_k = w.SelectionSlider(options=[2**i for i in range(11)], value=64, description="d_k")
-    scaled = w.Checkbox(value=True, description="divide by sqrt(d_k)")
+    d_k = w.SelectionSlider(style={"description_width": "initial"}, options=[2**i for i in range(11)], value=64, description="d_k")
+    scaled = w.Checkbox(style={"description_width": "initial"}, value=True, description="divide by sqrt(d_k)")
     out = w.Output()
 
     def redraw(*_):
