@@ -288,7 +288,8 @@ def _widget_explorers() -> list[str]:
 def _explorer_tests() -> dict[str, set[str]]:
     """{pytest node id: the explorers it imports from aiayn.figures}, over tests/test_*.py."""
     explorers, found = set(_widget_explorers()), {}
-    for path in sorted((REPO / "tests").glob("test_*.py")):
+    # test_views.py tests the HTML twins, which need ipywidgets 8 (Stack): not Colab's
+    for path in sorted(p for p in (REPO / "tests").glob("test_*.py") if p.name != "test_views.py"):
         for node in ast.parse(path.read_text()).body:
             if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
                 continue
