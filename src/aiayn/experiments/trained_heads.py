@@ -100,7 +100,8 @@ def word_to_head_weights(trace: SentenceTrace, sentence_index: int, from_word: s
 # ----------------------------------------------------------------------- "it"
 
 
-#: The coreference pair: "it" is the animal in the first sentence, the street in the second.
+#: The coreference pair, where "it" is the animal in the first sentence and the street in the
+#: second.
 IT_SENTENCES = (
     "The animal didn't cross the street because it was too tired.",
     "The animal didn't cross the street because it was too wide.",

@@ -236,8 +236,8 @@ def encoder_decoder_explorer(model, tokenizer, text: str = "Nov 29, 2026",
     return explorer_box([w.HBox([box, kind]), w.HBox([layer, head]), out], twin)
 
 
-#: Inputs the HTML book offers instead of a text box, after the chapter's own: another form
-#: of date, and input the model cannot read.
+#: Inputs the HTML book offers instead of a text box, after the chapter's own (another form
+#: of date, and text that is no date).
 TWIN_DATES = ("2049.12.31", "hello")
 
 

@@ -95,9 +95,10 @@ def gradient_decay_explorer(d_model: int = 64, input_std: float = 0.1, seed: int
     return explorer_box([w.HBox([radius, length]), out], twin)
 
 
-#: The grid of the HTML book's explorer: radii around 1 (where the decay turns into growth)
-#: with both ends of the live slider, and lengths at both ends and the default.
+#: Radii the HTML book's explorer offers, around 1 (where the decay turns into growth) and
+#: at both ends of the live slider.
 TWIN_RADII = (0.3, 0.7, 0.9, 1.0, 1.1, 1.5, 2.5)
+#: Lengths the HTML book's explorer offers, the live slider's ends and its default.
 TWIN_LENGTHS = (10, 100, 300)
 
 

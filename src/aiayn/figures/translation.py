@@ -78,9 +78,10 @@ def date_explorer(model, tokenizer, text: str = "Nov 29, 2026", twin: bool = Tru
     return explorer_box([w.HBox([box, beam]), out], twin)
 
 
-#: Inputs the HTML book offers instead of a text box, after the chapter's own: two other forms
-#: of date, an impossible date and text that is no date.
+#: Inputs the HTML book offers instead of a text box, after the chapter's own (two other forms
+#: of date, an impossible date and text that is no date).
 TWIN_INPUTS = ("2049.12.31", "1 January 1950", "Feb 30, 2020", "hello world")
+#: Beam sizes the HTML book's explorer offers, the live slider's ends among them.
 TWIN_BEAMS = (1, 2, 4, 8)
 
 
