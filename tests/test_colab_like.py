@@ -276,7 +276,11 @@ def _widget_explorers() -> list[str]:
     """The explorers: the names ending in ``_explorer`` in the ``__all__`` of the modules of
     aiayn.figures (read from the source: no import needed)."""
     names = []
-    for path in sorted((REPO / "src" / "aiayn" / "figures").glob("*.py")):
+    # views.py is the twins' machinery (grid_explorer), trained_heads.py the explorer of a
+    # chapter still to come, whose test needs the pretrained model's package (not installed here)
+    skip = {"views.py", "trained_heads.py"}
+    for path in sorted(p for p in (REPO / "src" / "aiayn" / "figures").glob("*.py")
+                       if p.name not in skip):
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__"
                                                     for t in node.targets):
@@ -289,7 +293,8 @@ def _explorer_tests() -> dict[str, set[str]]:
     """{pytest node id: the explorers it imports from aiayn.figures}, over tests/test_*.py."""
     explorers, found = set(_widget_explorers()), {}
     # test_views.py tests the HTML twins, which need ipywidgets 8 (Stack): not Colab's
-    for path in sorted(p for p in (REPO / "tests").glob("test_*.py") if p.name != "test_views.py"):
+    for path in sorted(p for p in (REPO / "tests").glob("test_*.py")
+                       if p.name not in {"test_views.py", "test_html.py"}):
         for node in ast.parse(path.read_text()).body:
             if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
                 continue

@@ -83,7 +83,10 @@ async () => {
       src: img.currentSrc || img.src,
       ok: img.complete && img.naturalWidth > 0,
       alt: (img.getAttribute('alt') || '').trim(),
-      caption: !!(img.closest('figure') && img.closest('figure').querySelector('figcaption')),
+      // a figure's caption, or, for a precomputed explorer's view, the line under it
+      caption: !!(img.closest('figure') && img.closest('figure').querySelector('figcaption')) ||
+        !!(img.parentElement && img.parentElement.closest('.widget-vbox') &&
+           img.parentElement.closest('.widget-vbox').querySelector('.aiayn-view')),
     })),
     headings: Array.from(article.querySelectorAll('h1, h2, h3, h4, h5, h6'))
       .map(h => [Number(h.tagName[1]), h.innerText.trim()]),
@@ -284,6 +287,16 @@ ex => {
 ALL_SETTINGS = "ex => Array.from(ex.querySelectorAll('.aiayn-view')).map(v => v.dataset.setting)"
 
 
+def _n_options(control) -> int:
+    """How many options a control of a precomputed explorer offers, read from its DOM (the
+    views of a Stack are not all in the page, so they cannot tell)."""
+    if control.locator("select").count():
+        return control.locator("select option").count()
+    if control.locator("button").count():
+        return control.locator("button").count()
+    return int(float(control.locator(".noUi-handle").get_attribute("aria-valuemax"))) + 1
+
+
 def _move(control, where: str) -> None:
     """Move one control of a precomputed explorer to its first or last option."""
     if control.locator("select").count():
@@ -346,7 +359,7 @@ def explorer_problems(page, chapter: str = "") -> tuple[list[str], int]:
             problems.append(f"explorer {e}: {controls.count()} controls, views {settings[:1]}")
             continue
         for c in range(controls.count()):
-            last = max(int(s[c]) for s in settings)
+            last = _n_options(controls.nth(c)) - 1
             for where, index in (("last", last), ("first", 0)):
                 before = explorer.evaluate(VISIBLE_VIEW)
                 _move(controls.nth(c), where)
