@@ -286,6 +286,20 @@ class Lab:
         return left
 
 
+@contextlib.contextmanager
+def _serving(root: Path, profile: Path, notebook: Path):
+    """A ready :class:`Lab`; shut down on exit, with no process of it left behind."""
+    server = Lab(root, profile, notebook)
+    try:
+        server.wait_ready()
+    except BaseException:
+        server.shutdown()
+        raise
+    yield server
+    left = server.shutdown()
+    assert not left, f"processes left after the server's shutdown (killed): {left}"
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """JupyterLab serving a copy of the chapter with its outputs and counts removed, so
@@ -298,17 +312,10 @@ def lab(tmp_path_factory):
             cell["outputs"], cell["execution_count"] = [], None
     copy = root / CHAPTER.name
     copy.write_text(json.dumps(notebook, indent=1))
-    server = Lab(root, profile, copy)
-    try:
-        server.wait_ready()
-    except BaseException:
-        server.shutdown()
-        raise
-    yield server
-    left = server.shutdown()
+    with _serving(root, profile, copy) as server:
+        yield server
     assert server.process.returncode == 0, \
         f"jupyter lab exited with {server.process.returncode}:\n{server.log.read_text()[-3000:]}"
-    assert not left, f"processes left after the server's shutdown (killed): {left}"
 
 
 # ------------------------------------------------------------------ in the page
@@ -571,15 +578,8 @@ def explorer_lab(tmp_path_factory):
     profile = tmp_path_factory.mktemp("jupyter-profile-explorers")
     copy = root / "explorers.ipynb"
     _explorer_notebook(copy)
-    server = Lab(root, profile, copy)
-    try:
-        server.wait_ready()
-    except BaseException:
-        server.shutdown()
-        raise
-    yield server
-    left = server.shutdown()
-    assert not left, f"processes left after the server's shutdown (killed): {left}"
+    with _serving(root, profile, copy) as server:
+        yield server
 
 
 @pytest.mark.browser

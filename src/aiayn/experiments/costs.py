@@ -184,6 +184,14 @@ def recurrent_core(x: torch.Tensor, w_xh: torch.Tensor, w_hh: torch.Tensor,
     return torch.stack(out, dim=1)
 
 
+def _check_kernel(d_model, k) -> None:
+    """A width and an odd kernel centred on each position, for the convolutional layers."""
+    _check_positive_int("d_model", d_model)
+    _check_positive_int("k", k)
+    if k % 2 == 0:
+        raise ValueError(f"k must be odd (a kernel centred on the position), got {k}")
+
+
 class Conv1dLayer(nn.Module):
     """A convolutional layer over the sequence, batch-first: ``(B, n, d) -> (B, n, d)``.
 
@@ -193,10 +201,7 @@ class Conv1dLayer(nn.Module):
 
     def __init__(self, d_model: int, k: int = 3):
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("k", k)
-        if k % 2 == 0:
-            raise ValueError(f"k must be odd (a kernel centred on the position), got {k}")
+        _check_kernel(d_model, k)
         self.conv = nn.Conv1d(d_model, d_model, k, padding=k // 2, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -213,10 +218,7 @@ class SeparableConv1dLayer(nn.Module):
 
     def __init__(self, d_model: int, k: int = 3):
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("k", k)
-        if k % 2 == 0:
-            raise ValueError(f"k must be odd (a kernel centred on the position), got {k}")
+        _check_kernel(d_model, k)
         self.depthwise = nn.Conv1d(d_model, d_model, k, padding=k // 2, groups=d_model,
                                    bias=False)
         self.pointwise = nn.Linear(d_model, d_model, bias=False)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 import html
 import io
-import itertools
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,7 +146,7 @@ def grid_explorer(controls: Sequence[Control], draw: Callable[..., Any],
 
 def grid_size(controls: Sequence[Control]) -> int:
     """How many views a grid of ``controls`` precomputes."""
-    return len(list(itertools.product(*[c.options for c in controls])))
+    return math.prod(len(c.options) for c in controls)
 
 
 def _view_json(widget) -> dict:
