@@ -272,7 +272,8 @@ def test_api_page_documents_every_public_name(site):
 
 # ------------------------------------------------------- the explorers, without a kernel
 
-EXPLORER_CHAPTERS = [c for c in CHAPTERS if c.split("/")[-1][:2] in {f"0{i}" for i in range(1, 9)}]
+EXPLORER_CHAPTERS = [c for c in CHAPTERS
+                     if c.split("/")[-1][:2] in {f"0{i}" for i in range(1, 9)} | {"10"}]
 # The weight of a chapter page (its HTML, which embeds every precomputed view); measured
 # at 0.4 to 2.3 MB when the twins were added.
 MAX_PAGE_BYTES = 4_000_000
@@ -336,6 +337,13 @@ def _package_problems(chapter: str, view: dict) -> list[str]:
         expected = float(sinusoidal_encoding(128, 128)[p, i])
         if abs(float(view["pe"]) - expected) > 1e-5:
             return [f"{name}: the view shows PE[{p}, {i}] = {view['pe']}, the package {expected}"]
+    if name.startswith("10_") and "top" in view:
+        # "layer L, head H: tok→target, ...": one top target per token, each a token's index
+        pairs = view["text"].split(": ", 1)[1].split(", ")
+        top = [int(j) for j in view["top"].split(",")]
+        if len(top) != len(pairs) or max(top) >= len(pairs) \
+                or f"layer {view['layer']}, head {view['head']}:" not in view["text"]:
+            return [f"{name}: the view's top targets {top} do not fit its caption {view['text']!r}"]
     if name.startswith("08_") and "crossover" in view:
         from aiayn.experiments.costs import crossover_length
 

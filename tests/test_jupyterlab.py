@@ -547,6 +547,10 @@ EXPLORERS = {  # chapter: (the cell, the control moved: a CSS selector in its ou
            "2049.12.31"),
     "08": ("from aiayn.figures.costs import complexity_explorer\n"
            "complexity_explorer(d=64, twin=False)", ".noUi-handle", "End"),
+    "10": ("from aiayn.figures.trained_heads import trained_attention_explorer\n"
+           "from aiayn.pretrained import load_minilm, load_tokenizer\n"
+           "trained_attention_explorer(load_minilm(), load_tokenizer(), ['Cats sleep.'],"
+           " twin=False)", ".noUi-handle", "End"),
 }
 
 # The rendered output of one code cell: its images' sources and its text.

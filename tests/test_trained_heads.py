@@ -282,3 +282,33 @@ def test_trained_attention_twin_on_two_sentences(minilm):
         layer, head = [0, 5][li], [0, 11][hi]
         assert (int(attrs["layer"]), int(attrs["head"])) == (layer, head)
         assert attrs["top"] == ",".join(map(str, top_targets(maps[s][layer, head])))
+
+
+def test_trained_attention_explorer_opens_on_a_chosen_head(minilm):
+    pytest.importorskip("ipywidgets")
+    from aiayn.figures.trained_heads import trained_attention_explorer
+
+    box = trained_attention_explorer(*minilm, IT_SENTENCES, twin=False, layer=3, head=1)
+    layer, head = box.children[1].children
+    assert (layer.value, head.value) == (3, 1)
+    for kwargs, name in (({"layer": 6}, "layer"), ({"head": -1}, "head"),
+                         ({"layer": 1.0}, "layer")):
+        with pytest.raises(ValueError, match=f"{name} must be an int in"):
+            trained_attention_explorer(*minilm, IT_SENTENCES, twin=False, **kwargs)
+
+
+def test_trained_attention_twin_opens_on_a_chosen_head(minilm):
+    w = pytest.importorskip("ipywidgets")
+    if not hasattr(w, "Stack"):
+        pytest.skip("the twin needs ipywidgets 8 (Stack)")
+    from aiayn.figures.trained_heads import trained_attention_twin
+
+    twin = trained_attention_twin(*minilm, IT_SENTENCES[:1], layers=[0, 3], heads=[1, 2],
+                                  layer=3, head=1)
+    assert [c.value for c in twin.controls] == [0, 1, 0]  # option indices
+    with pytest.raises(ValueError, match=r"head must be one of \[1, 2\]"):
+        trained_attention_twin(*minilm, IT_SENTENCES[:1], layers=[0], heads=[1, 2], head=5)
+    with pytest.raises(ValueError, match="heads must be an int in"):
+        trained_attention_twin(*minilm, IT_SENTENCES[:1], layers=[0], heads=[12])
+    with pytest.raises(ValueError, match="layers must not be empty"):
+        trained_attention_twin(*minilm, IT_SENTENCES[:1], layers=[], heads=[0])

@@ -107,22 +107,29 @@ def _draw(tokens: Sequence[str], maps: torch.Tensor, layer: int, head: int) -> p
 
 
 def trained_attention_explorer(model: BertEncoder, tokenizer: Any, sentences: Sequence[str],
-                               twin: bool = True):
+                               twin: bool = True, layer: int = 0, head: int = 0,
+                               twin_layers: Sequence[int] | None = None,
+                               twin_heads: Sequence[int] | None = None):
     """Type a sentence (or start from one of ``sentences``), pick a layer and a head: see that
     head's attention map and each token's top target (:func:`plot_trained_attention`).
 
-    ``twin`` (ipywidgets 8): also build the precomputed twin the HTML book shows
-    (:func:`trained_attention_twin`: the fixed ``sentences``, every layer and head).
+    The explorer opens on ``sentences[0]`` at ``layer`` and ``head``. ``twin``
+    (ipywidgets 8): also build the precomputed twin the HTML book shows
+    (:func:`trained_attention_twin`: the fixed ``sentences``, the layers ``twin_layers`` and
+    heads ``twin_heads``, default all, opening on the same setting).
     Returns the widget box (display it as the last expression of a cell)."""
     import ipywidgets as w
     from IPython.display import display
 
     sentences = _check_sentences(sentences)
     config = model.config
+    _check_index("layer", layer, config.n_layers)
+    _check_index("head", head, config.n_heads)
+    start_layer, start_head = layer, head
     text = w.Text(style={"description_width": "initial"}, value=sentences[0], description="sentence", continuous_update=False,
                   layout=w.Layout(width="95%"))
-    layer = w.IntSlider(style={"description_width": "initial"}, value=0, min=0, max=config.n_layers - 1, description="layer")
-    head = w.IntSlider(style={"description_width": "initial"}, value=0, min=0, max=config.n_heads - 1, description="head")
+    layer = w.IntSlider(style={"description_width": "initial"}, value=start_layer, min=0, max=config.n_layers - 1, description="layer")
+    head = w.IntSlider(style={"description_width": "initial"}, value=start_head, min=0, max=config.n_heads - 1, description="head")
     out = w.Output()
     cache: dict[str, tuple[list[str], torch.Tensor]] = {}
 
@@ -143,9 +150,16 @@ def trained_attention_explorer(model: BertEncoder, tokenizer: Any, sentences: Se
     for control in (text, layer, head):
         control.observe(redraw, names="value")
     redraw()
-    built = trained_attention_twin(model, tokenizer, sentences) if twin and can_build_twin() \
-        else None
+    # positional arguments: the unit tests stand in for the twin with ``lambda *args``
+    built = trained_attention_twin(model, tokenizer, sentences, twin_layers, twin_heads,
+                                   start_layer, start_head) if twin and can_build_twin() else None
     return explorer_box([text, w.HBox([layer, head]), out], built)
+
+
+def _check_index(name: str, value: Any, n: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < n:
+        raise ValueError(f"{name} must be an int in [0, {n - 1}], got {value!r}")
+    return value
 
 
 def _check_sentences(sentences: Sequence[str]) -> list[str]:
@@ -157,13 +171,27 @@ def _check_sentences(sentences: Sequence[str]) -> list[str]:
 
 def trained_attention_twin(model: BertEncoder, tokenizer: Any, sentences: Sequence[str],
                            layers: Sequence[int] | None = None,
-                           heads: Sequence[int] | None = None):
+                           heads: Sequence[int] | None = None,
+                           layer: int | None = None, head: int | None = None):
     """The precomputed twin of :func:`trained_attention_explorer` for the HTML book: each of
     ``sentences`` and each of ``layers`` and ``heads`` (default: all), one view per
-    combination. A view's caption names each token's top target; its data holds them."""
+    combination, opening on the first sentence at ``layer`` and ``head`` (default: the
+    first of ``layers`` and ``heads``). A view's caption names each token's top target; its
+    data holds them."""
     sentences = _check_sentences(sentences)
-    layers = list(range(model.config.n_layers)) if layers is None else list(layers)
-    heads = list(range(model.config.n_heads)) if heads is None else list(heads)
+    config = model.config
+    layers = list(range(config.n_layers)) if layers is None else list(layers)
+    heads = list(range(config.n_heads)) if heads is None else list(heads)
+    for name, values, n in (("layers", layers, config.n_layers), ("heads", heads, config.n_heads)):
+        if not values:
+            raise ValueError(f"{name} must not be empty")
+        for value in values:
+            _check_index(name, value, n)
+    start = []
+    for name, value, values in (("layer", layer, layers), ("head", head, heads)):
+        if value is not None and value not in values:
+            raise ValueError(f"{name} must be one of {values}, got {value!r}")
+        start.append(0 if value is None else values.index(value))
     traced = [_sentence_maps(model, tokenizer, s) for s in sentences]
 
     def caption(s, layer, head):
@@ -176,7 +204,7 @@ def trained_attention_twin(model: BertEncoder, tokenizer: Any, sentences: Sequen
     short = [s if len(s) <= 40 else s[:37] + "..." for s in sentences]
     controls = [
         Control("sentence", [(label, i) for i, label in enumerate(short)], 0, "dropdown"),
-        Control("layer", [(str(i), i) for i in layers], 0),
-        Control("head", [(str(i), i) for i in heads], 0),
+        Control("layer", [(str(i), i) for i in layers], start[0]),
+        Control("head", [(str(i), i) for i in heads], start[1]),
     ]
     return grid_explorer(controls, lambda s, layer, head: _draw(*traced[s], layer, head), caption)
