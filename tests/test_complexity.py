@@ -233,6 +233,15 @@ def test_chapter8_plots_and_explorer():
     for value in (width.min, width.max):  # the extremes redraw without error
         width.value = value
     plt.close("all")
+    # the opening setting: a value of each slider
+    box = complexity_explorer(d=4096, twin=False, k=31, r=255, n_max=65536)
+    sliders = [*box.children[0].children, *box.children[1].children]
+    assert [s.value for s in sliders] == [4096, 31, 255, 65536]
+    plt.close("all")
+    for bad, name in ((dict(d=500), "d"), (dict(k=4), "k"), (dict(r=257), "r"),
+                      (dict(n_max=63), "n_max")):
+        with pytest.raises(ValueError, match=f"{name} must be an int in"):
+            complexity_explorer(twin=False, **bad)
 
 
 # ------------------------------------------- separable convolution, whole encoder layer

@@ -341,6 +341,20 @@ def test_head_explorer_redraws_at_the_extremes(monkeypatch):
     example.value = example.min
     assert calls[1:] == [(1, 0, True), (1, 1, True), (1, 1, True), (0, 0, True), (0, 0, True)]
     assert len(plt.get_fignums()) <= 1
+    # the opening setting: model, layer, head and input shown first
+    box = head_explorer({"two heads": model, "one head": one_head}, tokens, labels, matching,
+                        twin=False, model="two heads", layer=1, head=1, example=2)
+    (pick_model, layer, head), example = box.children[0].children, box.children[1]
+    assert (pick_model.value, layer.value, head.value, example.value) == ("two heads", 1, 1, 2)
+    assert calls[-1] == (1, 1, True)
+    pick_model.value = "one head"  # a later switch still resets the menus
+    assert (layer.value, head.value) == (0, 0)
+    for bad, name in ((dict(model="three heads"), "model"), (dict(layer=2), "layer"),
+                      (dict(head=2), "head"), (dict(example=len(labels)), "example"),
+                      (dict(model="one head", head=1), "head")):
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            head_explorer({"two heads": model, "one head": one_head}, tokens, labels,
+                          twin=False, **bad)
     with pytest.raises(ValueError, match="got 2 label rows for tokens of shape"):
         head_explorer({"m": model}, tokens, labels[:2])
     with pytest.raises(ValueError, match="models must name at least one model"):

@@ -280,3 +280,11 @@ def test_positional_explorer_redraws_at_the_extremes(monkeypatch):
     assert [c[0] for c in calls] == [(10, 0), (0, 0), (0, 15), (39, 15), (39, 0)]
     assert all(finite for _, finite in calls)
     assert len(plt.get_fignums()) <= 1
+    # the opening setting
+    box = positional_explorer(d_model=16, n_positions=40, twin=False, position=39, dimension=15)
+    assert [c.value for c in box.children[0].children] == [39, 15]
+    assert calls[-1][0] == (39, 15)
+    with pytest.raises(ValueError, match=r"position must be an int in \[0, 39\], got 40"):
+        positional_explorer(d_model=16, n_positions=40, twin=False, position=40)
+    with pytest.raises(ValueError, match=r"dimension must be an int in \[0, 15\]"):
+        positional_explorer(d_model=16, n_positions=40, twin=False, dimension=-1)

@@ -296,6 +296,14 @@ def test_scaling_explorer_redraws_at_the_extremes(monkeypatch):
     assert calls[1:] == [(1024, True, True), (1024, False, True), (1, False, True),
                          (1, True, True)]
     assert len(plt.get_fignums()) <= 1
+    # the opening setting: one of the slider's values, the first view drawn for it
+    box = scaling_explorer(twin=False, d_k=1024, scaled=False)
+    assert [c.value for c in box.children[0].children] == [1024, False]
+    assert calls[-1] == (1024, False, True)
+    with pytest.raises(ValueError, match=r"d_k must be one of \[1, 2, 4"):
+        scaling_explorer(twin=False, d_k=100)
+    with pytest.raises(ValueError, match="scaled must be True or False"):
+        scaling_explorer(twin=False, scaled=1)
 
 
 def test_reader_uses_the_package_attention():

@@ -117,6 +117,30 @@ def test_the_display_carries_the_twin_for_the_html_only_when_there_is_one():
     assert "text/html" not in explorer_box([w.HTML("live")], None)._repr_mimebundle_()
 
 
+@pytest.fixture(autouse=True)
+def _html_twins(monkeypatch):
+    """As when the chapters are executed for the HTML book (`make notebooks`)."""
+    monkeypatch.setenv("AIAYN_HTML_TWINS", "1")
+
+
+@pytest.mark.parametrize("value", [None, "0", ""])
+def test_outside_the_book_build_no_twin_is_built(monkeypatch, value):
+    import ipywidgets
+
+    import aiayn.figures.attention as attention
+    from aiayn.figures.views import can_build_twin
+
+    assert hasattr(ipywidgets, "Stack") and can_build_twin()  # the variable is 1 here
+    if value is None:
+        monkeypatch.delenv("AIAYN_HTML_TWINS")
+    else:
+        monkeypatch.setenv("AIAYN_HTML_TWINS", value)
+    assert not can_build_twin()  # a reader in Jupyter: the live explorer only
+    x = torch.randn(2, 4)
+    box = attention.attention_explorer(["a", "b"], x, x, x)
+    assert box.twin is None and "text/html" not in box._repr_mimebundle_()
+
+
 def test_without_stack_no_twin_is_built(monkeypatch):
     import aiayn.figures.attention as attention
 
@@ -232,3 +256,96 @@ def test_chapter7_twin_decodes_every_input_at_every_beam():
     beam = TWIN_BEAMS.index(4)
     assert found[(0, beam)]["output"] == translate(model, tokenizer, "Nov 29, 2026", 4)["output"]
     assert TWIN_BEAMS[0] == 1 and TWIN_BEAMS[-1] == 8  # both ends of the live slider
+
+
+# ------------------------------------------------- opening settings (live = twin)
+
+
+def shown(twin) -> tuple[tuple[int, ...], dict]:
+    """The controls' opening indices, and the attributes of the view the page shows first
+    (following every level's ``selected_index``); the two must name the same setting."""
+    node = twin.children[-1]
+    while isinstance(node, w.Stack):
+        node = node.children[node.selected_index]
+    match = VIEW.search(node.children[1].value)
+    attrs = dict(re.findall(r'data-([\w-]+)="([^"]*)"', match["attrs"]))
+    setting = tuple(int(i) for i in attrs.pop("setting").split(","))
+    assert setting == tuple(c.index for c in twin.controls)
+    return setting, attrs
+
+
+def test_chapter3_opens_on_the_chosen_d_k_and_scaling():
+    from aiayn.figures.variance import SCALING_D_KS, scaling_explorer, scaling_twin
+
+    twin = scaling_twin(n_keys=4, d_k=64, scaled=False)
+    setting, attrs = shown(twin)
+    assert setting == (SCALING_D_KS.index(64), 1)
+    assert float(attrs["std"]) == pytest.approx(8.0, rel=0.1)  # unscaled: sqrt(64)
+    assert shown(scaling_twin(n_keys=4))[0] == (SCALING_D_KS.index(64), 0)  # the default
+    box = scaling_explorer(n_keys=4, d_k=1024, scaled=False)
+    d_k, scaled = box.children[0].children
+    assert (d_k.value, scaled.value) == (1024, False)
+    assert shown(box.twin)[0] == (SCALING_D_KS.index(1024), 1)
+    for bad in (dict(d_k=100), dict(d_k=True), dict(scaled="no")):
+        name = next(iter(bad))
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            scaling_twin(n_keys=4, **bad)
+
+
+def test_chapter4_opens_on_the_chosen_head_and_input():
+    from aiayn.figures.heads import head_twin
+
+    torch.manual_seed(0)
+    maps = {"a": torch.softmax(torch.randn(2, 2, 3, 4, 4), -1),  # (L, N, H, T, T)
+            "b": torch.softmax(torch.randn(1, 2, 2, 4, 4), -1)}
+    labels = [list("wxyz"), list("abcd")]
+    setting, attrs = shown(head_twin(maps, labels, model="a", layer=1, head=2, example=1))
+    assert setting == (1 * 3 + 2, 1)  # the menu lists a's heads layer by layer, then b's
+    expected = maps["a"][1, 1, 2].max(-1).values.mean()
+    assert float(attrs["mean-top"]) == pytest.approx(float(expected), abs=1e-4)
+    assert shown(head_twin(maps, labels, model="b", head=1))[0] == (7, 0)
+    assert shown(head_twin(maps, labels))[0] == (0, 0)  # the default: the first head
+    for bad, name in ((dict(model="c"), "model"), (dict(model="b", head=2), "head"),
+                      (dict(layer=2), "layer"), (dict(example=2), "example")):
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            head_twin(maps, labels, **bad)
+
+
+def test_chapter5_opens_on_the_chosen_position_and_dimension():
+    from aiayn.figures.positions import positional_explorer, positional_twin, positional_twin_grid
+
+    assert positional_twin_grid(8, 12) == ([0, 1, 10, 11], [0, 1, 7])
+    setting, attrs = shown(positional_twin(d_model=8, n_positions=12, position=1, dimension=7))
+    assert setting == (1, 2)
+    assert float(attrs["pe"]) == pytest.approx(float(sinusoidal_encoding(12, 8)[1, 7]), abs=1e-6)
+    assert shown(positional_twin(d_model=8, n_positions=12))[0] == (2, 0)  # default: 10, 0
+    box = positional_explorer(d_model=8, n_positions=12, position=11, dimension=1)
+    position, dimension = box.children[0].children
+    assert (position.value, dimension.value) == (11, 1)
+    assert shown(box.twin)[0] == (3, 1)
+    with pytest.raises(ValueError, match=r"position must be one of the HTML grid's \[0, 1, 10, 11\]"):
+        positional_twin(d_model=8, n_positions=12, position=5)
+    with pytest.raises(ValueError, match="dimension must be an int in"):
+        positional_twin(d_model=8, n_positions=12, dimension=8)
+    with pytest.raises(ValueError, match="n_positions must be a positive int"):
+        positional_twin_grid(8, 0)
+
+
+def test_chapter8_opens_on_the_chosen_setting_and_its_grid_holds_it():
+    from aiayn.figures.costs import complexity_explorer, complexity_twin, complexity_twin_grid
+
+    assert complexity_twin_grid(64, 5, 255, 128) == {
+        "d": [16, 64, 4096], "k": [3, 5, 31], "r": [3, 255], "n_max": [64, 128, 65536]}
+    setting, attrs = shown(complexity_twin(d=64, k=5, r=255, n_max=128))
+    assert setting == (1, 1, 1, 1)
+    assert float(attrs["crossover"]) == 64
+    assert shown(complexity_twin(d=64))[0] == (1, 0, 1, 1)  # the default: r = 255
+    # the live explorer's default window (31) is on its twin's grid, and both open on it
+    box = complexity_explorer(d=64)
+    assert box.children[1].children[0].value == 31
+    assert [c.index for c in box.twin.controls] == [1, 0, 1, 1]
+    assert box.twin.controls[2].options[1] == ("31", 1)
+    for bad, name in ((dict(r=32), "r"), (dict(k=33), "k"), (dict(d=8), "d"),
+                      (dict(n_max=100), "n_max")):
+        with pytest.raises(ValueError, match=f"{name} must be an int in"):
+            complexity_twin(**bad)

@@ -18,6 +18,7 @@ __all__ = [
     "plot_hops",
     "complexity_explorer",
     "complexity_twin",
+    "complexity_twin_grid",
 ]
 
 
@@ -90,39 +91,71 @@ def plot_hops(hops: dict, fig: plt.Figure | None = None) -> plt.Figure:
     return fig
 
 
-def complexity_explorer(d: int = 512, twin: bool = True):
+#: The live explorer's sliders: (label, smallest, largest, step); k and r are odd.
+_SLIDERS = {"d": ("d", 16, 4096, 16), "k": ("kernel k", 3, 31, 2),
+            "r": ("window r", 3, 255, 2), "n_max": ("largest n", 64, 65536, 64)}
+
+
+def _check_setting(**values: int) -> None:
+    """Each value must be one the live slider of its name offers."""
+    for name, value in values.items():
+        _, low, high, step = _SLIDERS[name]
+        if (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
+                or (value - low) % step):
+            raise ValueError(f"{name} must be an int in [{low}, {high}] in steps of {step} "
+                             f"(a value of its slider), got {value!r}")
+
+
+def complexity_explorer(d: int = 512, twin: bool = True, k: int = 3, r: int = 31,
+                        n_max: int = 8192):
     """Chapter 8: Table 1's FLOPs against ``n`` for a width ``d``, kernel ``k`` and
     window ``r`` chosen with sliders; the self-attention / recurrent crossover (n = d)
-    moves with ``d``. Returns the widget box."""
+    moves with ``d``. ``d``, ``k``, ``r`` and ``n_max`` (the largest ``n``) are the setting
+    shown first, by the live explorer and its twin alike (the twin's grid holds them).
+    Returns the widget box."""
     import ipywidgets as w
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    width = w.IntSlider(style={"description_width": "initial"}, value=d, min=16, max=4096, step=16, description="d")
-    kernel = w.IntSlider(style={"description_width": "initial"}, value=3, min=3, max=31, step=2, description="kernel k")
-    window = w.IntSlider(style={"description_width": "initial"}, value=31, min=3, max=255, step=2, description="window r")
-    n_max = w.IntSlider(style={"description_width": "initial"}, value=8192, min=64, max=65536, step=64, description="largest n")
+    _check_setting(d=d, k=k, r=r, n_max=n_max)
+    style = {"description_width": "initial"}
+    sliders = {name: w.IntSlider(style=style, value=value, min=low, max=high, step=step,
+                                 description=label)
+               for name, value in (("d", d), ("k", k), ("r", r), ("n_max", n_max))
+               for label, low, high, step in [_SLIDERS[name]]}
+    width, kernel, window, largest = sliders.values()
     out = w.Output()
 
     def redraw(*_):
         with out:
             out.clear_output(wait=True)
             fig, ax = plt.subplots()
-            plot_layer_costs(width.value, kernel.value, window.value, n_max.value, ax=ax)
+            plot_layer_costs(width.value, kernel.value, window.value, largest.value, ax=ax)
             display(fig)
             plt.close(fig)
 
-    for control in (width, kernel, window, n_max):
+    for control in sliders.values():
         control.observe(redraw, names="value")
     redraw()
-    twin = complexity_twin(d) if twin and can_build_twin() else None
-    return explorer_box([w.HBox([width, kernel]), w.HBox([window, n_max]), out], twin)
+    twin = complexity_twin(d, k, r, n_max) if twin and can_build_twin() else None
+    return explorer_box([w.HBox([width, kernel]), w.HBox([window, largest]), out], twin)
 
 
-def complexity_twin(d: int = 512):
-    """The precomputed twin of :func:`complexity_explorer` for the HTML book, on a grid that
-    holds both ends of every live slider: d in 16, 512 (or the chapter's ``d``) and 4096;
-    k in 3 and 31; r in 3 and 255; the largest n in 64, 8192 and 65536."""
+def complexity_twin_grid(d: int = 512, k: int = 3, r: int = 255,
+                         n_max: int = 8192) -> dict[str, list[int]]:
+    """The values :func:`complexity_twin` offers, per control: both ends of every live
+    slider and the opening value (d in 16, ``d``, 4096; k in 3, ``k``, 31; r in 3, ``r``,
+    255; the largest n in 64, ``n_max``, 65536)."""
+    _check_setting(d=d, k=k, r=r, n_max=n_max)
+    chosen = {"d": d, "k": k, "r": r, "n_max": n_max}
+    return {name: sorted({low, chosen[name], high})
+            for name, (_, low, high, _) in _SLIDERS.items()}
+
+
+def complexity_twin(d: int = 512, k: int = 3, r: int = 255, n_max: int = 8192):
+    """The precomputed twin of :func:`complexity_explorer` for the HTML book, on the grid of
+    :func:`complexity_twin_grid` (both ends of every live slider), opening on ``d``, ``k``,
+    ``r`` and ``n_max``."""
     from ..experiments.costs import crossover_length, layer_cost
 
     def caption(width, k, r, n_max):
@@ -133,11 +166,11 @@ def complexity_twin(d: int = 512):
                 f"at n = {n_max} attention / recurrent FLOPs = {attention / recurrent:.3g}",
                 {"crossover": f"{cross:g}", "ratio": f"{attention / recurrent:.6g}"})
 
-    widths = sorted({16, d, 4096})
-    controls = [Control("d", [(str(v), v) for v in widths], widths.index(d)),
-                Control("kernel k", [(str(v), v) for v in (3, 31)], 0),
-                Control("window r", [(str(v), v) for v in (3, 255)], 1),
-                Control("largest n", [(str(v), v) for v in (64, 8192, 65536)], 1)]
+    grid = complexity_twin_grid(d, k, r, n_max)
+    chosen = {"d": d, "k": k, "r": r, "n_max": n_max}
+    controls = [Control(_SLIDERS[name][0], [(str(v), v) for v in values],
+                        values.index(chosen[name]))
+                for name, values in grid.items()]
 
     def draw(width, k, r, n_max):
         fig, ax = plt.subplots()

@@ -147,8 +147,23 @@ def plot_head_view(
     return fig
 
 
+def _check_opening(maps: dict, n_inputs: int, model, layer, head, example) -> str:
+    """The explorer's opening setting (``model`` None: the first) must be one of its options;
+    returns the model's name. ``maps`` maps a name to ``(L, N, H, T, T)`` maps."""
+    model = next(iter(maps)) if model is None else model
+    if model not in maps:
+        raise ValueError(f"model must be one of {list(maps)}, got {model!r}")
+    n_layers, _, n_heads = maps[model].shape[:3]
+    for name, value, n in (("layer", layer, n_layers), ("head", head, n_heads),
+                           ("example", example, n_inputs)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n:
+            raise ValueError(f"{name} must be an int in [0, {n - 1}], got {value!r}")
+    return model
+
+
 def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[str]],
-                  matching: torch.Tensor | None = None, twin: bool = True):
+                  matching: torch.Tensor | None = None, twin: bool = True,
+                  model: str | None = None, layer: int = 0, head: int = 0, example: int = 0):
     """Chapter 4: pick a trained model, a layer, a head and an input; the map redraws.
 
     ``models`` maps a name to a model with an ``attention_maps(tokens)`` method returning
@@ -158,7 +173,9 @@ def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[
     every control only redraws :func:`aiayn.figures.heads.plot_head_view`. Switching the model resets
     the layer and head menus to what that model has.
     ``twin`` (ipywidgets 8): also build the precomputed twin the HTML book shows
-    (:mod:`aiayn.figures.views`).
+    (:mod:`aiayn.figures.views`). ``model`` (a key of ``models``; None: the first), ``layer``,
+    ``head`` and ``example`` (an input's row) are the setting shown first, by the live
+    explorer and its twin alike.
     Returns the widget box (display it as the last expression of a cell).
     """
     import ipywidgets as w
@@ -173,19 +190,23 @@ def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[
         raise ValueError(f"matching must have the shape of tokens {tuple(tokens.shape)}, "
                          f"got {tuple(matching.shape)}")
     maps = {name: m.attention_maps(tokens).cpu() for name, m in models.items()}  # (L, N, H, T, T)
+    opening = _check_opening(maps, tokens.shape[0], model, layer, head, example)
+    start = (layer, head)  # the first menus open on these, later model switches on 0, 0
 
-    model = w.Dropdown(style={"description_width": "initial"}, options=list(models), description="model")
-    layer = w.Dropdown(style={"description_width": "initial"}, description="layer")
-    head = w.Dropdown(style={"description_width": "initial"}, description="head")
-    example = w.IntSlider(style={"description_width": "initial"}, value=0, min=0, max=tokens.shape[0] - 1, description="input")
+    style = {"description_width": "initial"}
+    model = w.Dropdown(style=style, options=list(models), value=opening, description="model")
+    layer = w.Dropdown(style=style, description="layer")
+    head = w.Dropdown(style=style, description="head")
+    example = w.IntSlider(style=style, value=example, min=0, max=tokens.shape[0] - 1,
+                          description="input")
     out = w.Output()
     updating = False
 
-    def set_menus():
+    def set_menus(chosen=(0, 0)):
         n_layers, _, n_heads = maps[model.value].shape[:3]
         layer.options = list(range(n_layers))
         head.options = list(range(n_heads))
-        layer.value, head.value = 0, 0
+        layer.value, head.value = chosen
 
     def redraw(*_):
         if updating:
@@ -209,19 +230,23 @@ def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[
             updating = False
         redraw()
 
-    set_menus()
+    set_menus(start)
     model.observe(on_model, names="value")
     for control in (layer, head, example):
         control.observe(redraw, names="value")
     redraw()
-    twin = head_twin(maps, labels, matching) if twin and can_build_twin() else None
+    twin = (head_twin(maps, labels, matching, opening, *start, example.value)
+            if twin and can_build_twin() else None)
     return explorer_box([w.HBox([model, layer, head]), example, out], twin)
 
 
-def head_twin(maps: dict, labels: Sequence[Sequence[str]], matching: torch.Tensor | None = None):
+def head_twin(maps: dict, labels: Sequence[Sequence[str]], matching: torch.Tensor | None = None,
+              model: str | None = None, layer: int = 0, head: int = 0, example: int = 0):
     """The precomputed twin of :func:`head_explorer` for the HTML book: every head of every
     layer of every model (one menu), for every input. ``maps`` maps a model's name to its
-    ``(L, N, H, T, T)`` attention maps."""
+    ``(L, N, H, T, T)`` attention maps; ``model`` (None: the first), ``layer``, ``head`` and
+    ``example`` are the setting shown first."""
+    model = _check_opening(maps, len(labels), model, layer, head, example)
     heads = [(f"{name}, layer {layer}, head {head}", (name, layer, head))
              for name, m in maps.items() for layer in range(m.shape[0])
              for head in range(m.shape[2])]
@@ -237,6 +262,7 @@ def head_twin(maps: dict, labels: Sequence[Sequence[str]], matching: torch.Tenso
         return (f"{name}, layer {layer}, head {head}, input {i}: mean top weight "
                 f"{float(row_max.mean()):.3f}", {"mean-top": f"{float(row_max.mean()):.4f}"})
 
-    controls = [Control("head", heads, 0, "dropdown"),
-                Control("input", [(str(i), i) for i in range(len(labels))], 0)]
+    first = [value for _, value in heads].index((model, layer, head))
+    controls = [Control("head", heads, first, "dropdown"),
+                Control("input", [(str(i), i) for i in range(len(labels))], example)]
     return grid_explorer(controls, draw, caption)

@@ -15,7 +15,7 @@ __all__ = [
     "plot_positional_encoding",
     "plot_positional_view",
     "plot_accuracy_curves",
-    "positional_explorer", "positional_twin"]
+    "positional_explorer", "positional_twin", "positional_twin_grid"]
 
 
 def plot_positional_encoding(
@@ -111,7 +111,8 @@ def plot_accuracy_curves(
     return ax
 
 
-def positional_explorer(d_model: int = 128, n_positions: int = 128, twin: bool = True):
+def positional_explorer(d_model: int = 128, n_positions: int = 128, twin: bool = True,
+                        position: int | None = None, dimension: int = 0):
     """Pick a position and a dimension of the sinusoidal table (chapter 5).
 
     Redraws :func:`aiayn.figures.positions.plot_positional_view` on every change: the table, the
@@ -119,30 +120,49 @@ def positional_explorer(d_model: int = 128, n_positions: int = 128, twin: bool =
     the position's encoding to every other. Both sliders cover their full ranges
     (position 0 to ``n_positions - 1``, dimension 0 to ``d_model - 1``).
     ``twin`` (ipywidgets 8): also build the precomputed twin the HTML book shows
-    (:mod:`aiayn.figures.views`).
+    (:mod:`aiayn.figures.views`). ``position`` (None: 10, or the last position if fewer)
+    and ``dimension`` are the setting shown first, by the live explorer and its twin alike
+    (the twin offers :func:`positional_twin_grid`).
     Returns the widget box (display it as the last expression of a cell).
     """
     import ipywidgets as w
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    position = w.IntSlider(style={"description_width": "initial"}, value=min(10, n_positions - 1), min=0, max=n_positions - 1,
-                           description="position")
-    dimension = w.IntSlider(style={"description_width": "initial"}, value=0, min=0, max=d_model - 1, description="dimension")
+    position = _opening("position", position, n_positions)
+    _opening("dimension", dimension, d_model)
+    style = {"description_width": "initial"}
+    pos = w.IntSlider(style=style, value=position, min=0, max=n_positions - 1,
+                      description="position")
+    dim = w.IntSlider(style=style, value=dimension, min=0, max=d_model - 1,
+                      description="dimension")
     out = w.Output()
 
     def redraw(*_):
         with out:
             out.clear_output(wait=True)
-            fig = plot_positional_view(position.value, dimension.value, d_model, n_positions)
+            fig = plot_positional_view(pos.value, dim.value, d_model, n_positions)
             display(fig)  # display + close: see attention_explorer
             plt.close(fig)
 
-    for control in (position, dimension):
+    for control in (pos, dim):
         control.observe(redraw, names="value")
     redraw()
-    twin = positional_twin(d_model, n_positions) if twin and can_build_twin() else None
-    return explorer_box([w.HBox([position, dimension]), out], twin)
+    twin = (positional_twin(d_model, n_positions, position, dimension)
+            if twin and can_build_twin() else None)
+    return explorer_box([w.HBox([pos, dim]), out], twin)
+
+
+def _opening(name: str, value, n: int, grid: list[int] | None = None) -> int:
+    """An opening ``value`` of the control ``name`` (None, for the position: 10 or the last),
+    checked against ``range(n)`` and, for the twin, its ``grid``."""
+    if value is None and name == "position":
+        value = min(10, n - 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n:
+        raise ValueError(f"{name} must be an int in [0, {n - 1}], got {value!r}")
+    if grid is not None and value not in grid:
+        raise ValueError(f"{name} must be one of the HTML grid's {grid}, got {value!r}")
+    return value
 
 
 def _grid(n: int, points: tuple[int, ...]) -> list[int]:
@@ -150,22 +170,35 @@ def _grid(n: int, points: tuple[int, ...]) -> list[int]:
     return sorted({0, n - 1, *(p for p in points if 0 <= p < n)})
 
 
-def positional_twin(d_model: int = 128, n_positions: int = 128):
-    """The precomputed twin of :func:`positional_explorer` for the HTML book, on a grid:
-    positions 0, 1, 10, 50 and the last; dimensions 0, 1, 10, 64 and the last (both ends of
-    both live sliders are included)."""
+def positional_twin_grid(d_model: int = 128, n_positions: int = 128) -> tuple[list[int], list[int]]:
+    """The positions and the dimensions :func:`positional_twin` offers: positions 0, 1, 10,
+    50 and the last; dimensions 0, 1, 10, 64 and the last (both ends of both live sliders;
+    the points that fall outside a range are left out)."""
+    for name, n in (("d_model", d_model), ("n_positions", n_positions)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name} must be a positive int, got {n!r}")
+    return _grid(n_positions, (1, 10, 50)), _grid(d_model, (1, 10, 64))
+
+
+def positional_twin(d_model: int = 128, n_positions: int = 128, position: int | None = None,
+                    dimension: int = 0):
+    """The precomputed twin of :func:`positional_explorer` for the HTML book, on the grid of
+    :func:`positional_twin_grid`, opening on ``position`` (None: 10, or the last position if
+    fewer) and ``dimension``, which must be on the grid."""
     from ..positional import sinusoidal_encoding
 
+    positions, dimensions = positional_twin_grid(d_model, n_positions)
+    position = _opening("position", position, n_positions, positions)
+    _opening("dimension", dimension, d_model, dimensions)
     table = sinusoidal_encoding(n_positions, d_model)
 
     def caption(position, dimension):
         value = float(table[position, dimension])
         return (f"PE[{position}, {dimension}] = {value:.4f}", {"pe": f"{value:.6f}"})
 
-    positions = _grid(n_positions, (1, 10, 50))
-    dimensions = _grid(d_model, (1, 10, 64))
     controls = [Control("position", [(str(p), p) for p in positions],
-                        positions.index(min(10, n_positions - 1))),
-                Control("dimension", [(str(i), i) for i in dimensions], 0)]
+                        positions.index(position)),
+                Control("dimension", [(str(i), i) for i in dimensions],
+                        dimensions.index(dimension))]
     return grid_explorer(
         controls, lambda p, i: plot_positional_view(p, i, d_model, n_positions), caption)

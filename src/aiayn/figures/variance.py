@@ -17,7 +17,18 @@ __all__ = [
     "plot_dot_product_variance",
     "plot_scaling_view",
     "plot_scaling_training",
-    "scaling_explorer", "scaling_twin"]
+    "scaling_explorer", "scaling_twin", "SCALING_D_KS"]
+
+#: The ``d_k`` values of chapter 3's explorer, live and in the HTML book's twin alike.
+SCALING_D_KS = tuple(2**i for i in range(11))
+
+
+def _check_opening(d_k, scaled) -> None:
+    """The explorer's opening setting must be one of its options."""
+    if isinstance(d_k, bool) or d_k not in SCALING_D_KS:
+        raise ValueError(f"d_k must be one of {list(SCALING_D_KS)}, got {d_k!r}")
+    if not isinstance(scaled, bool):
+        raise ValueError(f"scaled must be True or False, got {scaled!r}")
 
 
 def plot_dot_product_variance(
@@ -140,8 +151,12 @@ def plot_scaling_training(
     return ax
 
 
-def scaling_explorer(n_keys: int = 16, seed: int = 0, twin: bool = True):
+def scaling_explorer(n_keys: int = 16, seed: int = 0, twin: bool = True, d_k: int = 64,
+                     scaled: bool = True):
     """Chapter 3: pick ``d_k`` (1 to 1024) and switch the ``1/sqrt(d_k)`` scaling on or off.
+
+    ``d_k`` (one of :data:`SCALING_D_KS`) and ``scaled`` are the setting shown first, by the
+    live explorer and its twin alike.
 
     Redraws :func:`aiayn.figures.variance.plot_scaling_view`: the histogram of the scores, one
     softmax row and its Jacobian. Every setting stays finite: the softmax subtracts
@@ -152,28 +167,34 @@ def scaling_explorer(n_keys: int = 16, seed: int = 0, twin: bool = True):
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    d_k = w.SelectionSlider(style={"description_width": "initial"}, options=[2**i for i in range(11)], value=64, description="d_k")
-    scaled = w.Checkbox(style={"description_width": "initial"}, value=True, description="divide by sqrt(d_k)")
+    _check_opening(d_k, scaled)
+    width = w.SelectionSlider(style={"description_width": "initial"},
+                              options=list(SCALING_D_KS), value=d_k, description="d_k")
+    divide = w.Checkbox(style={"description_width": "initial"}, value=scaled,
+                        description="divide by sqrt(d_k)")
     out = w.Output()
 
     def redraw(*_):
         with out:
             out.clear_output(wait=True)
-            fig = plot_scaling_view(d_k.value, scaled.value, n_keys=n_keys, seed=seed)
+            fig = plot_scaling_view(width.value, divide.value, n_keys=n_keys, seed=seed)
             display(fig)  # display + close: no leaked figures (see attention_explorer)
             plt.close(fig)
 
-    for control in (d_k, scaled):
+    for control in (width, divide):
         control.observe(redraw, names="value")
     redraw()
-    twin = scaling_twin(n_keys, seed) if twin and can_build_twin() else None
-    return explorer_box([w.HBox([d_k, scaled]), out], twin)
+    twin = scaling_twin(n_keys, seed, d_k, scaled) if twin and can_build_twin() else None
+    return explorer_box([w.HBox([width, divide]), out], twin)
 
 
-def scaling_twin(n_keys: int = 16, seed: int = 0):
+def scaling_twin(n_keys: int = 16, seed: int = 0, d_k: int = 64, scaled: bool = True):
     """The precomputed twin of :func:`scaling_explorer` for the HTML book: every ``d_k`` of
-    the live slider (1 to 1024) with the scaling on and off."""
+    the live slider (1 to 1024) with the scaling on and off, opening on ``d_k`` and
+    ``scaled``."""
     from ..experiments.variance import attention_score_rows
+
+    _check_opening(d_k, scaled)
 
     def caption(d_k, scaled):
         raw = attention_score_rows(d_k, 1000, n_keys, torch.Generator().manual_seed(seed),
@@ -183,9 +204,10 @@ def scaling_twin(n_keys: int = 16, seed: int = 0):
         return (f"d_k = {d_k}, {'scaled' if scaled else 'unscaled'}: the scores' standard "
                 f"deviation is {std:.2f}", {"std": f"{std:.4f}"})
 
-    d_ks = [2**i for i in range(11)]
-    controls = [Control("d_k", [(str(d), d) for d in d_ks], d_ks.index(64)),
-                Control("divide by sqrt(d_k)", [("yes", True), ("no", False)], 0, "toggle")]
+    controls = [Control("d_k", [(str(d), d) for d in SCALING_D_KS], SCALING_D_KS.index(d_k)),
+                Control("divide by sqrt(d_k)", [("yes", True), ("no", False)],
+                        0 if scaled else 1, "toggle")]
     return grid_explorer(
-        controls, lambda d_k, scaled: plot_scaling_view(d_k, scaled, n_keys=n_keys, seed=seed),
+        controls, lambda width, divide: plot_scaling_view(width, divide, n_keys=n_keys,
+                                                          seed=seed),
         caption)

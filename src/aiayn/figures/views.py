@@ -10,8 +10,11 @@ so moving a control switches the view in the browser, offline, with no kernel.
 
 :func:`explorer_box` holds both: in Jupyter and Colab it displays as the live explorer, and
 its display also carries the twin as ``text/html`` (a widget-view tag), which the HTML book
-renders instead (``nb_mime_priority_overrides`` in ``_config.yml``). ``Stack`` exists from ipywidgets 8 on;
-under ipywidgets 7 (Colab) no twin is built and nothing else changes.
+renders instead (``nb_mime_priority_overrides`` in ``_config.yml``). The twins are built only
+when the chapters are executed for the book (``AIAYN_HTML_TWINS=1``, set by ``make notebooks``):
+a reader in Jupyter or Colab gets the live explorer without waiting for views that only the
+HTML shows. ``Stack`` exists from ipywidgets 8 on; under ipywidgets 7 (Colab) no twin is built
+and nothing else changes.
 
 Each view's caption carries its numbers as ``data-`` attributes of a ``span.aiayn-view``, so a
 browser test can check what a setting shows against what the package computes.
@@ -24,11 +27,13 @@ import html
 import io
 import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Control", "grid_explorer", "grid_size", "explorer_box", "can_build_twin", "figure_png"]
+__all__ = ["Control", "grid_explorer", "grid_size", "explorer_box", "can_build_twin", "figure_png",
+           "TWINS_VARIABLE"]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -56,8 +61,18 @@ class Control:
                              f"'dropdown' or 'toggle', got {self.kind!r}")
 
 
+# Set to 1 when the chapters are executed for the HTML book (`make notebooks`).
+TWINS_VARIABLE = "AIAYN_HTML_TWINS"
+
+
 def can_build_twin() -> bool:
-    """True where ipywidgets has ``Stack`` (ipywidgets 8 and later)."""
+    """True when the chapters are being executed for the HTML book (the environment variable
+    ``AIAYN_HTML_TWINS`` is ``1``, as ``make notebooks`` sets it) and ipywidgets has
+    ``Stack`` (ipywidgets 8 and later). A reader running a chapter in Jupyter or Colab sees
+    only the live explorer, so the twin would be work for nothing: chapter 2's 110 views take
+    about 40 seconds to draw."""
+    if os.environ.get(TWINS_VARIABLE) != "1":
+        return False
     try:
         import ipywidgets
     except ImportError:
