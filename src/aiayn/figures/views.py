@@ -61,7 +61,8 @@ class Control:
                              f"'dropdown' or 'toggle', got {self.kind!r}")
 
 
-# Set to 1 when the chapters are executed for the HTML book (`make notebooks`).
+#: The environment variable that asks for the twins; ``make notebooks`` sets it to 1 when it
+#: executes the chapters for the HTML book.
 TWINS_VARIABLE = "AIAYN_HTML_TWINS"
 
 
