@@ -186,7 +186,9 @@ def _build_colab_env(root: Path) -> None:
     constraints = root / "colab-constraints.txt"
     constraints.write_text("\n".join(_pins()) + "\n")
     python = env_dir / "bin" / "python"
-    _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+    # --no-compile: no byte-code for the 5 GB installed (a minute of CPU); the kernels
+    # compile only what they import, once per worker (_clean_env)
+    _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
           "-c", constraints, *_pins(), *CHECKER_PACKAGES], timeout=1800)
     site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
     Path(site.stdout.strip(), "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -263,6 +265,10 @@ def _clean_env(colab_python: Path) -> dict:
     env["AIAYN_REPO_URL"] = f"file://{REPO}"
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env["PIP_CONSTRAINT"] = str(colab_python.parents[2] / "colab-constraints.txt")
+    # The environment is installed without byte-code (--no-compile: a minute of CPU less, in
+    # the background of the unit tests); its first kernel writes what it imports into this
+    # worker's copy, and the next chapters' kernels load that (Colab, too, writes byte-code).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 

@@ -123,6 +123,18 @@ def _html_twins(monkeypatch):
     monkeypatch.setenv("AIAYN_HTML_TWINS", "1")
 
 
+@pytest.fixture
+def unrendered(monkeypatch):
+    """Views drawn but not rendered to PNG (a stand-in PNG instead), for the tests that read
+    only which view a twin opens on: rendering is most of a twin's cost (ch8: 0.65 s a view),
+    and the tests above check every twin's PNGs."""
+    from aiayn.figures import views as views_module
+
+    stand_in = b"\x89PNG stand-in"
+    monkeypatch.setattr(views_module, "figure_png", lambda fig, **kwargs: stand_in)
+    return stand_in
+
+
 @pytest.mark.parametrize("value", [None, "0", ""])
 def test_outside_the_book_build_no_twin_is_built(monkeypatch, value):
     import ipywidgets
@@ -274,7 +286,7 @@ def shown(twin) -> tuple[tuple[int, ...], dict]:
     return setting, attrs
 
 
-def test_chapter3_opens_on_the_chosen_d_k_and_scaling():
+def test_chapter3_opens_on_the_chosen_d_k_and_scaling(unrendered):
     from aiayn.figures.variance import SCALING_D_KS, scaling_explorer, scaling_twin
 
     twin = scaling_twin(n_keys=4, d_k=64, scaled=False)
@@ -292,7 +304,7 @@ def test_chapter3_opens_on_the_chosen_d_k_and_scaling():
             scaling_twin(n_keys=4, **bad)
 
 
-def test_chapter4_opens_on_the_chosen_head_and_input():
+def test_chapter4_opens_on_the_chosen_head_and_input(unrendered):
     from aiayn.figures.heads import head_twin
 
     torch.manual_seed(0)
@@ -311,7 +323,7 @@ def test_chapter4_opens_on_the_chosen_head_and_input():
             head_twin(maps, labels, **bad)
 
 
-def test_chapter5_opens_on_the_chosen_position_and_dimension():
+def test_chapter5_opens_on_the_chosen_position_and_dimension(unrendered):
     from aiayn.figures.positions import positional_explorer, positional_twin, positional_twin_grid
 
     assert positional_twin_grid(8, 12) == ([0, 1, 10, 11], [0, 1, 7])
@@ -331,7 +343,7 @@ def test_chapter5_opens_on_the_chosen_position_and_dimension():
         positional_twin_grid(8, 0)
 
 
-def test_chapter8_opens_on_the_chosen_setting_and_its_grid_holds_it():
+def test_chapter8_opens_on_the_chosen_setting_and_its_grid_holds_it(unrendered):
     from aiayn.figures.costs import complexity_explorer, complexity_twin, complexity_twin_grid
 
     assert complexity_twin_grid(64, 5, 255, 128) == {
