@@ -110,11 +110,12 @@ nbval:
 
 # Needs the built book ($(HTML)); `make test` builds it first. Then chapter 2 is run
 # in JupyterLab (offline) and its prose's bound numbers are read as rendered there.
-# Two workers, one per file: the built book's pages in one, JupyterLab in the other (each
-# mostly waits on its browser, its server or its kernel).
+# Two workers, test by test: each starts its own browser, and each JupyterLab test its own
+# server, so the pages' checks (about 125 s in all) fill the time of the two JupyterLab ones
+# (about 65 s) instead of queueing behind them on one worker.
 html-check:
 	$(BIN)/python -m pytest tests/test_html.py tests/test_jupyterlab.py -m browser -p no:cacheprovider \
-	    -n 2 --dist loadfile
+	    -n 2 --dist load
 
 # --- maintenance ---------------------------------------------------------------
 
