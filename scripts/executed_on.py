@@ -41,6 +41,7 @@ def differs_note(record: Path, notebook: str, here: dict) -> str:
 if __name__ == "__main__":
     record, notebooks = Path(sys.argv[1]), [Path(p).name for p in sys.argv[2:]]
     entries = json.loads(record.read_text()) if record.exists() else {}
-    entries.update({name: signature() for name in notebooks})
+    here = signature()
+    entries.update({name: here for name in notebooks})
     record.write_text(json.dumps(dict(sorted(entries.items())), indent=1) + "\n")
-    print(f"{record}: {', '.join(notebooks)} executed on {signature()}")
+    print(f"{record}: {', '.join(notebooks)} executed on {here}")

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .style import _as_2d
-from .views import Control, can_build_twin, explorer_box, grid_explorer
+from .views import Control, can_build_twin, check_index, explorer_box, grid_explorer
 
 __all__ = [
     "plot_head_maps",
@@ -156,8 +156,7 @@ def _check_opening(maps: dict, n_inputs: int, model, layer, head, example) -> st
     n_layers, _, n_heads = maps[model].shape[:3]
     for name, value, n in (("layer", layer, n_layers), ("head", head, n_heads),
                            ("example", example, n_inputs)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n:
-            raise ValueError(f"{name} must be an int in [0, {n - 1}], got {value!r}")
+        check_index(name, value, n)
     return model
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .style import _as_2d
-from .views import Control, can_build_twin, explorer_box, grid_explorer
+from .views import Control, can_build_twin, check_index, explorer_box, grid_explorer
 
 __all__ = [
     "plot_positional_encoding",
@@ -158,8 +158,7 @@ def _opening(name: str, value, n: int, grid: list[int] | None = None) -> int:
     checked against ``range(n)`` and, for the twin, its ``grid``."""
     if value is None and name == "position":
         value = min(10, n - 1)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n:
-        raise ValueError(f"{name} must be an int in [0, {n - 1}], got {value!r}")
+    check_index(name, value, n)
     if grid is not None and value not in grid:
         raise ValueError(f"{name} must be one of the HTML grid's {grid}, got {value!r}")
     return value

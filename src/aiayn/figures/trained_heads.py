@@ -16,7 +16,7 @@ import torch
 from ..experiments.trained_heads import PositionSimilarity
 from ..pretrained import BertEncoder, trace_sentences
 from .style import _as_2d
-from .views import Control, can_build_twin, explorer_box, grid_explorer
+from .views import Control, can_build_twin, check_index, explorer_box, grid_explorer
 
 __all__ = ["plot_head_heatmap", "plot_position_similarity", "top_targets",
            "plot_trained_attention", "trained_attention_explorer", "trained_attention_twin"]
@@ -123,8 +123,8 @@ def trained_attention_explorer(model: BertEncoder, tokenizer: Any, sentences: Se
 
     sentences = _check_sentences(sentences)
     config = model.config
-    _check_index("layer", layer, config.n_layers)
-    _check_index("head", head, config.n_heads)
+    check_index("layer", layer, config.n_layers)
+    check_index("head", head, config.n_heads)
     start_layer, start_head = layer, head
     text = w.Text(style={"description_width": "initial"}, value=sentences[0], description="sentence", continuous_update=False,
                   layout=w.Layout(width="95%"))
@@ -156,12 +156,6 @@ def trained_attention_explorer(model: BertEncoder, tokenizer: Any, sentences: Se
     return explorer_box([text, w.HBox([layer, head]), out], built)
 
 
-def _check_index(name: str, value: Any, n: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < n:
-        raise ValueError(f"{name} must be an int in [0, {n - 1}], got {value!r}")
-    return value
-
-
 def _check_sentences(sentences: Sequence[str]) -> list[str]:
     if isinstance(sentences, str) or not sentences \
             or not all(isinstance(s, str) and s.strip() for s in sentences):
@@ -186,7 +180,7 @@ def trained_attention_twin(model: BertEncoder, tokenizer: Any, sentences: Sequen
         if not values:
             raise ValueError(f"{name} must not be empty")
         for value in values:
-            _check_index(name, value, n)
+            check_index(name, value, n)
     start = []
     for name, value, values in (("layer", layer, layers), ("head", head, heads)):
         if value is not None and value not in values:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Control", "grid_explorer", "grid_size", "explorer_box", "can_build_twin", "figure_png",
-           "TWINS_VARIABLE"]
+           "TWINS_VARIABLE", "check_index"]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -59,6 +59,14 @@ class Control:
         if self.kind not in {"slider", "dropdown", "toggle"}:
             raise ValueError(f"control {self.description!r}: kind must be 'slider', "
                              f"'dropdown' or 'toggle', got {self.kind!r}")
+
+
+def check_index(name: str, value: Any, n: int) -> int:
+    """An explorer's opening setting ``value`` for the control ``name``: an int (not a bool)
+    in ``[0, n - 1]``; returned unchanged, or a ValueError naming the control."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n:
+        raise ValueError(f"{name} must be an int in [0, {n - 1}], got {value!r}")
+    return value
 
 
 #: The environment variable that asks for the twins; ``make notebooks`` sets it to 1 when it
