@@ -183,6 +183,40 @@ def test_mha_dropout_only_in_training():
     assert not torch.allclose(mha(x, x, x), mha(x, x, x))
 
 
+
+def test_attention_dropout_is_applied_to_the_weights_that_mix_the_values():
+    """The explicit path returns the weights before dropout, and mixes the values with the
+    dropped-out ones: the output is F.dropout(weights) @ value under the same random state."""
+    torch.manual_seed(7)
+    q, k, v = (torch.randn(2, H, 5, D_K, dtype=torch.float64) for _ in range(3))
+    torch.manual_seed(11)
+    output, weights = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    torch.manual_seed(11)
+    mixing = F.dropout(weights, p=0.5)  # the same mask: the same generator state
+    assert (mixing == 0).any() and torch.allclose(weights.sum(-1), torch.ones(2, H, 5, dtype=torch.float64))
+    torch.testing.assert_close(output, mixing @ v, rtol=0, atol=1e-12)
+    assert not torch.allclose(output, weights @ v)  # dropout reached the output
+
+
+def test_mha_explicit_path_applies_dropout_in_training():
+    torch.manual_seed(4)
+    mha = MultiHeadAttention(D_MODEL, H, dropout=0.5).double()
+    x = torch.randn(2, 5, D_MODEL, dtype=torch.float64)
+    mha.eval()
+    evaluated, eval_weights = mha(x, x, x, need_weights=True)
+    mha.train()
+    torch.manual_seed(9)
+    trained, weights = mha(x, x, x, need_weights=True)
+    torch.testing.assert_close(weights, eval_weights)  # the weights are returned before dropout
+    assert not torch.allclose(trained, evaluated)
+    # rebuild the output from the weights, with the dropout mask the module drew
+    torch.manual_seed(9)
+    mixing = F.dropout(weights, p=0.5)
+    v = mha.w_v(x).view(2, 5, H, D_K).transpose(1, 2)  # (B, T, d_model) -> (B, H, T, d_k)
+    heads = (mixing @ v).transpose(1, 2).reshape(2, 5, D_MODEL)  # (B, H, T, d_k) -> (B, T, d_model)
+    torch.testing.assert_close(trained, mha.w_o(heads), rtol=0, atol=1e-12)
+
+
 # ------------------------------------------------------------------------ mask semantics
 
 
