@@ -99,7 +99,9 @@ unit:
 	MPLBACKEND=Agg $(BIN)/python -m pytest tests -m "not browser and not notebooks" -n 2
 
 # Strict nbval: every output must match the committed one (after the sanitize
-# regexes). Each notebook runs once, alone, in a Colab-like environment that installs
+# regexes), computed on another floating-point path than the committed outputs (PyTorch's
+# scalar kernels, MKL's cross-vendor path: PERTURBED_PATH in tests/test_colab_like.py), so that
+# a digit that would move on another processor fails here. Each notebook runs once, alone, in a Colab-like environment that installs
 # aiayn from this checkout's git URL (tests/test_colab_like.py). Two notebooks at a time:
 # they train on one thread each, and this machine has two cores. The environment is built
 # first unless $AIAYN_COLAB_ENV names one already built (`make test` does). The longest
@@ -125,15 +127,15 @@ NB_SNAPSHOT := _build/glued-values-before.json
 
 # AIAYN_HTML_TWINS=1: build each explorer's precomputed twin, which the HTML book shows
 # (aiayn.figures.views); tests/test_committed_twins.py fails on a chapter without them.
-# NOTEBOOKS=book/06_encoder_decoder.ipynb re-executes one chapter. The processor they ran on
-# is recorded (scripts/executed_on.py): trained models reproduce their committed digits only on
-# a processor of the same kind, and the nbval check names both when they differ.
+# NOTEBOOKS=book/06_encoder_decoder.ipynb re-executes one chapter. They run on the default
+# floating-point path (nbval checks them on a perturbed one). The processor they ran on is
+# recorded (scripts/executed_on.py), a diagnostic that the nbval check quotes when it fails.
 NOTEBOOKS ?= book/*.ipynb
 
 notebooks: venv
 	@mkdir -p _build
 	$(BIN)/python scripts/prose_numbers.py snapshot $(NB_SNAPSHOT)
-	AIAYN_HTML_TWINS=1 $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	env -u ATEN_CPU_CAPABILITY -u MKL_CBWR AIAYN_HTML_TWINS=1 $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=900 $(NOTEBOOKS)
 	$(BIN)/python scripts/prose_numbers.py rewrite --old $(NB_SNAPSHOT)
 	$(BIN)/python scripts/executed_on.py book/_executed_on.json $(NOTEBOOKS)

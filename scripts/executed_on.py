@@ -1,10 +1,13 @@
-"""The processor the chapters' committed outputs were computed on.
+"""The processor the chapters' committed outputs were computed on: a diagnostic.
 
-Strict nbval compares every output digit for digit, and the last digits of float arithmetic
-depend on the processor's vector instructions (PyTorch and MKL pick their kernels by them):
-a chapter that trains a model reproduces its committed numbers only on a processor of the
-same kind. ``make notebooks`` records the kind per chapter in ``book/_executed_on.json``;
-``tests/test_colab_like.py`` names both when a chapter's outputs differ.
+The last digits of float arithmetic depend on the processor's vector instructions (PyTorch and
+MKL pick their kernels by them), and a model trained for a few hundred steps amplifies them. The
+chapters therefore print only the digits that survive another rounding, and `make test` checks
+them on a perturbed floating-point path (``tests/test_colab_like.py``, ``PERTURBED_PATH``).
+``make notebooks`` records here where each chapter was executed (``book/_executed_on.json``), and a
+failing chapter's message quotes it, so that a report from another machine says where both runs
+came from. It is not a reason for a red run: an output that moves with the processor shows too
+many digits.
 
     python scripts/executed_on.py book/_executed_on.json book/06_encoder_decoder.ipynb ...
 """
@@ -30,12 +33,10 @@ def differs_note(record: Path, notebook: str, here: dict) -> str:
     """A line for a failure message: where ``notebook``'s outputs were computed, and here."""
     recorded = json.loads(record.read_text()).get(notebook) if record.exists() else None
     if recorded is None:
-        return f"(no record of where {notebook} was executed; this machine: {here})"
+        return f"(No record of where {notebook} was executed; this machine: {here}.)"
     if recorded == here:
-        return f"(the same kind of processor as the committed outputs: {here})"
-    return (f"{notebook}'s committed outputs were computed on {recorded}, this machine is "
-            f"{here}: on another kind of processor the last digits of trained models differ. "
-            "If that is the only difference, re-execute the chapter here (`make notebooks`).")
+        return f"(Its committed outputs came from the same kind of processor as this one: {here}.)"
+    return f"(Its committed outputs came from {recorded}; this machine is {here}.)"
 
 
 if __name__ == "__main__":

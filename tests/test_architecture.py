@@ -213,9 +213,16 @@ def test_chapter6_plots():
     from aiayn.figures.encoder_decoder import (
         plot_gradient_norms,
         plot_model_attention,
+        plot_seed_scores,
         plot_training_runs,
     )
 
+    ax = plot_seed_scores({"a": [0.2, 0.4], "b": [0.9]})
+    dots, mean = ax.lines[0], ax.lines[1]
+    assert list(dots.get_xdata()) == [0.2, 0.4] and np.allclose(mean.get_xdata(), 0.3)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
+    with pytest.raises(ValueError, match="at least one score"):
+        plot_seed_scores({"a": []})
     ax = plot_gradient_norms({"Post-LN": {"encoder": [1, 2], "decoder": [0.1, 3]}})
     assert len(ax.lines[0].get_xdata()) == 4 and ax.get_yscale() == "log"
     ax = plot_training_runs({"a": np.linspace(2, 1, 50), "short": [3.0, 2.0]}, smooth=10)

@@ -18,6 +18,7 @@ __all__ = [
     "plot_architecture",
     "plot_gradient_norms",
     "plot_training_runs",
+    "plot_seed_scores",
     "plot_model_attention",
     "encoder_decoder_explorer",
     "encoder_decoder_twin",
@@ -157,6 +158,32 @@ def plot_training_runs(curves: dict, ylabel: str = "label-smoothed loss", smooth
     if title:
         ax.set_title(title)
     ax.legend(fontsize=8)
+    return ax
+
+
+def plot_seed_scores(scores: dict, xlabel: str = "exact match", ax: plt.Axes | None = None,
+                     title: str | None = None) -> plt.Axes:
+    """One row per setting ``{label: [score of each seed]}``: a dot per seed and a bar at
+    their mean. Trained scores move with the seed and with the processor's rounding, so the
+    page shows each seed's score here, where the spread is visible, rather than digits in
+    the text."""
+    if not scores or any(len(v) == 0 for v in scores.values()):
+        raise ValueError("scores must map each label to at least one score")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 0.45 * len(scores) + 1.2))
+    for row, values in enumerate(scores.values()):
+        x = np.asarray(values, dtype=float)
+        ax.plot(x, np.full_like(x, row), "o", color="C0", alpha=0.8,
+                label="one seed" if row == 0 else None)
+        ax.plot([x.mean()] * 2, [row - 0.3, row + 0.3], color="C3", lw=2,
+                label="mean of the seeds" if row == 0 else None)
+    ax.set_yticks(range(len(scores)), list(scores))
+    ax.invert_yaxis()  # the first setting on top
+    ax.set(xlabel=xlabel, xlim=(-0.02, 1.02))
+    ax.grid(axis="x", alpha=0.3)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8, loc="lower right")
     return ax
 
 
