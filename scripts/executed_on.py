@@ -3,7 +3,7 @@
 The last digits of float arithmetic depend on the processor's vector instructions (PyTorch and
 MKL pick their kernels by them), and a model trained for a few hundred steps amplifies them. The
 chapters therefore print only the digits that survive another rounding, and `make test` checks
-them on a perturbed floating-point path (``tests/test_colab_like.py``, ``PERTURBED_PATH``).
+them on a perturbed floating-point path (``perturbed_path`` in ``tests/test_colab_like.py``).
 ``make notebooks`` records here where each chapter was executed (``book/_executed_on.json``), and a
 failing chapter's message quotes it, so that a report from another machine says where both runs
 came from. It is not a reason for a red run: an output that moves with the processor shows too

@@ -19,7 +19,7 @@ In that environment each notebook runs under strict ``pytest --nbval`` (with
 ``tests/nbval_sanitize.cfg``): one execution proves both that the chapter runs the
 way a Colab reader runs it and that it reproduces the outputs committed with it,
 which are what the HTML book shows. It runs on a *perturbed floating-point path*
-(``PERTURBED_PATH``: PyTorch's scalar kernels and MKL's cross-vendor code path), while
+(``perturbed_path``: PyTorch's kernels and MKL's code path one instruction set down), while
 ``make notebooks`` computes the committed outputs on the default one: the last bits of every
 sum differ, a trained model amplifies them, and a green run shows that the digits the book
 prints survive another processor's rounding. The explorer unit tests (every explorer of
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import fcntl
+import functools
 import glob
 import importlib.util
 import json
@@ -102,13 +103,28 @@ CHECKER_PACKAGES = ["nbval>=0.11", "myst-nb>=1,<2"]
 SANITIZE = REPO / "tests" / "nbval_sanitize.cfg"
 
 # The floating-point path the chapters are checked on, unlike the default path their committed
-# outputs come from (`make notebooks` clears these variables). ATEN_CPU_CAPABILITY=default makes
-# PyTorch run its scalar kernels instead of the AVX2/AVX-512 ones (other orders of the sums in
-# reductions, softmax, normalisation, elementwise maths); MKL_CBWR=COMPATIBLE makes MKL's matrix
-# products take the code path it keeps for any x86 processor. Each alone moves the last bits of a
-# training run (test_the_perturbed_path_moves_the_last_bits); together they change the rounding of
-# nearly every operation a chapter runs, as another processor does.
-PERTURBED_PATH = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+# outputs come from (`make notebooks` clears these variables): PyTorch's kernels and MKL's code path
+# one instruction set below the ones this machine would pick. On an AVX-512 machine that is
+# ATEN_CPU_CAPABILITY=avx2 (PyTorch's AVX2 kernels: other orders of the sums in reductions, softmax,
+# normalisation, the optimiser) and MKL_CBWR=AVX2 (other blockings of the matrix products), at no
+# measurable cost; on an AVX2 machine, the scalar kernels and MKL's path for any x86 processor
+# (about twice as slow). Each variable moves the last bits of a training run
+# (test_the_perturbed_path_moves_the_last_bits), as another processor does.
+STEP_DOWN = {
+    "AVX512": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},
+    "AVX2": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"},
+}
+
+
+def perturbed_path(capability: str, mkl: bool) -> dict:
+    """The variables that move a PyTorch with these default kernels (``capability``, as
+    ``torch.backends.cpu.get_cpu_capability()`` reports it) off its default path; MKL's only where
+    it uses MKL. Empty where there is nothing to step down from (an Apple-silicon Mac, say, whose
+    own kernels already differ from those of the committed outputs)."""
+    path = dict(STEP_DOWN.get(capability, {}))
+    if not mkl:
+        path.pop("MKL_CBWR", None)
+    return path
 SITECUSTOMIZE = (
     "import sys, types\n"
     "# Stand-in for Colab: the chapters' first cell checks for this module.\n"
@@ -294,9 +310,20 @@ def _clean_env(colab_python: Path) -> dict:
     return env
 
 
+KERNELS = "import torch; print(torch.backends.cpu.get_cpu_capability(), torch.backends.mkl.is_available())"
+
+
+@functools.lru_cache
+def _kernels(python: Path) -> tuple[str, bool]:
+    """The default kernels of ``python``'s PyTorch on this machine, and whether it uses MKL."""
+    env = {k: v for k, v in os.environ.items() if k not in {"ATEN_CPU_CAPABILITY", "MKL_CBWR"}}
+    capability, mkl = _run([python, "-c", KERNELS], env=env).stdout.split()
+    return capability, mkl == "True"
+
+
 def _perturbed_env(colab_python: Path) -> dict:
     """A Colab reader's environment on the perturbed floating-point path."""
-    return _clean_env(colab_python) | PERTURBED_PATH
+    return _clean_env(colab_python) | perturbed_path(*_kernels(colab_python))
 
 
 # A few hundred Adam steps of a small network: its final loss, to every digit. Rounding that
@@ -324,34 +351,30 @@ def _adam_run(python, env: dict) -> tuple[str, str, bool]:
     return loss, capability, mkl == "True"
 
 
-def _perturbations(capability: str, mkl: bool) -> dict:
-    """The variables of PERTURBED_PATH that apply to a PyTorch with these kernels: the scalar
-    kernels where it has vector ones, MKL's path where it uses MKL. (On a machine where neither
-    applies, an Apple-silicon Mac say, its own kernels already differ from those of the committed
-    outputs.)"""
-    return {name: value for name, value in PERTURBED_PATH.items()
-            if (name == "ATEN_CPU_CAPABILITY" and capability != "DEFAULT")
-            or (name == "MKL_CBWR" and mkl)}
-
-
 def test_the_perturbed_path_moves_the_last_bits():
-    """Each variable of PERTURBED_PATH, and both, change a training run's last digits here:
-    without that, nbval on the perturbed path would check no more than a re-run."""
+    """Each variable of the perturbed path, and all of them, change a training run's last digits
+    here: without that, nbval on the perturbed path would check no more than a re-run."""
     import sys
 
-    default_env = {k: v for k, v in os.environ.items() if k not in PERTURBED_PATH}
+    default_env = {k: v for k, v in os.environ.items() if k not in {"ATEN_CPU_CAPABILITY", "MKL_CBWR"}}
     default, capability, mkl = _adam_run(sys.executable, default_env)
-    applies = _perturbations(capability, mkl)
-    if not applies:
-        pytest.skip("no vector kernels and no MKL to perturb on this machine")
+    path = perturbed_path(capability, mkl)
+    if not path:
+        pytest.skip(f"no kernels to step down from on this machine ({capability})")
     losses = {"default": default}
-    for name, value in [*applies.items(), ("all", None)]:
-        extra = applies if value is None else {name: value}
-        losses[name], capability, _ = _adam_run(sys.executable, default_env | extra)
-        assert (capability == "DEFAULT") == ("ATEN_CPU_CAPABILITY" in extra)
+    for name, value in [*path.items(), ("all", None)]:
+        extra = path if value is None else {name: value}
+        losses[name], stepped_down, _ = _adam_run(sys.executable, default_env | extra)
+        assert stepped_down != capability or "ATEN_CPU_CAPABILITY" not in extra
     assert len(set(losses.values())) == len(losses), f"a perturbation changed nothing: {losses}"
     # ... and only the last digits: the same run, rounded differently
     assert max(map(float, losses.values())) < 1.01 * min(map(float, losses.values()))
+
+
+def test_the_perturbed_path_steps_down_one_instruction_set():
+    assert perturbed_path("AVX512", True) == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+    assert perturbed_path("AVX2", False) == {"ATEN_CPU_CAPABILITY": "default"}
+    assert perturbed_path("DEFAULT", True) == {}
 
 
 # ------------------------------------------------------- the environment is Colab's
@@ -392,14 +415,16 @@ def test_the_environment_has_colabs_python_and_versions(colab_python):
 def test_the_chapters_kernels_take_the_perturbed_path(colab_python):
     """In the Colab-like environment too (PyPI's PyTorch build), the perturbed path changes a
     training run's last digits."""
-    default_env = {k: v for k, v in _clean_env(colab_python).items() if k not in PERTURBED_PATH}
+    default_env = {k: v for k, v in _clean_env(colab_python).items()
+                   if k not in {"ATEN_CPU_CAPABILITY", "MKL_CBWR"}}
     default, capability, mkl = _adam_run(colab_python, default_env)
-    applies = _perturbations(capability, mkl)
-    if not applies:
-        pytest.skip("no vector kernels and no MKL to perturb on this machine")
-    perturbed, perturbed_capability, _ = _adam_run(colab_python, _perturbed_env(colab_python))
+    assert (capability, mkl) == _kernels(colab_python)
+    path = perturbed_path(capability, mkl)
+    if not path:
+        pytest.skip(f"no kernels to step down from on this machine ({capability})")
+    perturbed, stepped_down, _ = _adam_run(colab_python, _perturbed_env(colab_python))
     assert perturbed != default
-    assert (perturbed_capability == "DEFAULT") == ("ATEN_CPU_CAPABILITY" in applies)
+    assert stepped_down == path.get("ATEN_CPU_CAPABILITY", capability).upper()
 
 
 # ------------------------------------------------- the explorers under ipywidgets 7
@@ -517,7 +542,7 @@ def test_notebook_reproduces_its_outputs_in_a_colab_like_environment(colab_pytho
         note = record.differs_note(REPO / "book" / "_executed_on.json", path.name,
                                    record.signature())
         pytest.fail(f"strict nbval failed on {path.name}, on the perturbed floating-point path "
-                    f"{PERTURBED_PATH}:\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}\n"
+                    f"{perturbed_path(*_kernels(colab_python))}:\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}\n"
                     "An output that differs only in its last digits shows more digits than its "
                     "computation holds under another rounding: show fewer, or a bound, and assert "
                     "the claim with a margin (re-executing the chapter would only hide it; "

@@ -162,3 +162,30 @@ def test_rounding_rule():
     assert _rounded_for(0.50407, ".1%") and not _rounded_for(0.5040684071436987, ".1%")
     assert _rounded_for(1.669e-06, ".1e") and not _rounded_for(1.6689300537109375e-06, ".1e")
     assert _rounded_for(33505.6, ",.0f") and not _rounded_for(33505.59691938805, ",.0f")
+
+
+# ----------------------------------------------------------- what nbval does not compare
+
+# Cells whose outputs nbval does not compare (the Colab cell, timings, explorers, chapter 3's
+# chaotic table, ...). A fragile digit is shown with fewer digits or as a bound, not hidden
+# in such a cell: the count may fall, never grow.
+IGNORED_CELLS_AT_MOST = 31
+
+
+def ignored_cells(paths) -> list[str]:
+    """``notebook:cell`` of every code cell tagged ``nbval-ignore-output``."""
+    return [f"{path.name}:{index}" for path in paths
+            for index, cell in enumerate(json.loads(path.read_text())["cells"])
+            if "nbval-ignore-output" in cell.get("metadata", {}).get("tags", [])]
+
+
+def test_the_cells_nbval_ignores_do_not_grow(tmp_path):
+    found = ignored_cells(NOTEBOOKS)
+    assert len(found) <= IGNORED_CELLS_AT_MOST, (
+        f"{len(found)} cells are tagged nbval-ignore-output (at most {IGNORED_CELLS_AT_MOST}): {found}")
+    # planted: one more tagged cell is counted
+    planted = tmp_path / "planted.ipynb"
+    planted.write_text(json.dumps({"cells": [
+        {"cell_type": "code", "metadata": {"tags": ["nbval-ignore-output"]}, "source": "", "outputs": []},
+        {"cell_type": "code", "metadata": {}, "source": "", "outputs": []}]}))
+    assert ignored_cells([planted]) == ["planted.ipynb:0"]
