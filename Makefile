@@ -100,8 +100,8 @@ unit:
 
 # Strict nbval: every output must match the committed one (after the sanitize
 # regexes), computed on another floating-point path than the committed outputs (PyTorch's kernels
-# and MKL's code path one instruction set down: perturbed_path in tests/test_colab_like.py), so that
-# a digit that would move on another processor fails here. Each notebook runs once, alone, in a Colab-like environment that installs
+# and MKL's code path stepped down: perturbed_path in tests/test_colab_like.py), so that a digit
+# that would move on another processor fails here. Each notebook runs once, alone, in a Colab-like environment that installs
 # aiayn from this checkout's git URL (tests/test_colab_like.py). Two notebooks at a time:
 # they train on one thread each, and this machine has two cores. The environment is built
 # first unless $AIAYN_COLAB_ENV names one already built (`make test` does). The longest
