@@ -72,9 +72,10 @@ def marked_token_task(
 
     Every position holds a symbol in ``[0, n_symbols)``; at one random position per
     row the symbol ``s`` is replaced by its marked twin ``s + n_symbols`` (so the
-    vocabulary has ``2 * n_symbols`` ids), and the target is ``s``. An average of all
-    positions mixes the answer with ``length - 1`` random symbols, so a model must
-    attend to the marked position: the scores decide the answer.
+    vocabulary has ``2 * n_symbols`` ids), and the target is ``s``. Attention that finds the
+    marked position hands its value over undiluted; an equal-weight average mixes it with
+    ``length - 1`` random symbols, though the twin's own embedding keeps the answer readable
+    there too, more weakly.
     Returns ``(tokens, targets)``: ``(batch_size, length)`` and ``(batch_size,)`` int64.
     """
     for name, value in (("batch_size", batch_size), ("length", length),
