@@ -15,9 +15,14 @@
   var managerDir = new URL("vendor/html-manager/", here).href;
   window.__jupyter_widgets_assets_path__ = managerDir;
   if (window.require && window.require.config) {
-    window.require.config({
-      paths: { "@jupyter-widgets/html-manager/dist": managerDir.replace(/\/$/, "") },
+    // Each module of the bundle finds its fonts next to its own URL, which RequireJS derives
+    // from the module's name: without these paths, "@jupyter-widgets/base" resolves next to
+    // the page, and the fonts of its icons are fetched from there (and are not found).
+    var paths = { "@jupyter-widgets/html-manager/dist": managerDir.replace(/\/$/, "") };
+    ["base", "controls", "base7", "controls7", "html-manager"].forEach(function (name) {
+      paths["@jupyter-widgets/" + name] = managerDir + name;
     });
+    window.require.config({ paths: paths });
   }
 
   function addHubAdapter() {

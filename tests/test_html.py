@@ -231,6 +231,18 @@ def test_page_is_offline_complete_and_clean(visit, page_path):
     page.fail_if(page.problems + _content_problems(page.info))
 
 
+# Where RequireJS puts each module of the widget bundle, which loads its icon fonts from beside
+# that URL: it must be the vendored folder (the fonts are there), not the page's own folder.
+MODULE_URLS = """() => ["base", "controls", "base7", "controls7", "html-manager"].map(
+    name => new URL(require.toUrl("@jupyter-widgets/" + name), location.href).pathname)"""
+
+
+def test_the_widget_bundle_finds_its_fonts(visit):
+    page = visit("book/02_scaled_dot_product_attention")
+    folders = {url.rsplit("/", 1)[0] for url in page.page.evaluate(MODULE_URLS)}
+    assert folders == {"/_static/vendor/html-manager"}, folders
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chapter_launches_in_colab_and_downloads(visit, site, chapter):
     page = visit(chapter)
