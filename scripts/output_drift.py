@@ -10,22 +10,15 @@ how the fragile digits of a chapter are found before nbval trips on them.
 """
 from __future__ import annotations
 
-import configparser
 import difflib
 import json
-import re
 import sys
 from pathlib import Path
 
-SANITIZE = Path(__file__).resolve().parents[1] / "tests" / "nbval_sanitize.cfg"
+from gpu_check import sanitize_rules  # the regexes of tests/nbval_sanitize.cfg
+
 # what nbval leaves out of the comparison (nbval.plugin.IPyNbFile.skip_compare, without nbdime)
 SKIPPED = {"image/png", "image/jpeg", "application/vnd.jupyter.widget-view+json"}
-
-
-def _patterns() -> list[tuple[re.Pattern, str]]:
-    config = configparser.ConfigParser()
-    config.read(SANITIZE)
-    return [(re.compile(config[s]["regex"]), config[s]["replace"]) for s in config.sections()]
 
 
 def compared_text(cell: dict, patterns) -> list[str]:
@@ -48,7 +41,7 @@ def compared_text(cell: dict, patterns) -> list[str]:
 
 def drift(committed: Path, fresh: Path) -> dict[int, list[str]]:
     """{cell index: unified diff lines} for each compared cell whose outputs differ."""
-    patterns = _patterns()
+    patterns = sanitize_rules()
     old, new = (json.loads(p.read_text())["cells"] for p in (committed, fresh))
     if len(old) != len(new):
         raise ValueError(f"{committed} has {len(old)} cells, {fresh} has {len(new)}")
