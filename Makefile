@@ -75,20 +75,27 @@ book: venv assets
 # --- the tests, fastest first ---------------------------------------------------------
 
 # The Colab-like environment of nbval (5.5 GB, mostly disk and unpacking) is built in the
-# background meanwhile the other set-up steps, lint, the unit tests and the book build run;
-# nbval waits for it. Its log: $(COLAB_ENV).log.
-test: venv
+# background from the first step (tests/colab_env.py needs only the standard library), while the
+# other set-up steps, lint, the unit tests and the book build run;
+# nbval waits for it. Its log: $(COLAB_ENV).log. The browser checks run beside nbval (their
+# log is printed after it): they mostly wait for pages and servers, which leaves a core free
+# for nbval's notebooks most of the time.
+test:
 	@mkdir -p _build
-	@$(BIN)/python tests/test_colab_like.py $(COLAB_ENV) > $(COLAB_ENV).log 2>&1 & build=$$!; \
+	@$(PYTHON) tests/colab_env.py $(COLAB_ENV) > $(COLAB_ENV).log 2>&1 & build=$$!; \
 	trap 'kill $$build 2>/dev/null || true' EXIT; \
-	$(MAKE) --no-print-directory assets browser; \
+	$(MAKE) --no-print-directory venv assets browser; \
 	$(MAKE) --no-print-directory lint; \
 	$(MAKE) --no-print-directory unit; \
 	$(MAKE) --no-print-directory book; \
 	echo "waiting for the Colab-like environment ($(COLAB_ENV).log)"; \
 	wait $$build || { tail -n 40 $(COLAB_ENV).log; exit 1; }; \
-	AIAYN_COLAB_ENV=$(COLAB_ENV) $(MAKE) --no-print-directory nbval; \
-	$(MAKE) --no-print-directory html-check
+	$(MAKE) --no-print-directory html-check > _build/html-check.log 2>&1 & html=$$!; \
+	trap 'kill $$build $$html 2>/dev/null || true' EXIT; \
+	nbval=0; AIAYN_COLAB_ENV=$(COLAB_ENV) $(MAKE) --no-print-directory nbval || nbval=$$?; \
+	checks=0; wait $$html || checks=$$?; \
+	echo "--- the browser checks (make html-check, run beside nbval) ---"; cat _build/html-check.log; \
+	test $$nbval = 0 && test $$checks = 0
 	@echo "All checks passed."
 
 lint:
@@ -96,7 +103,7 @@ lint:
 
 # Two workers (pytest-xdist), one per core; the parity summary gathers both (tests/conftest.py).
 unit:
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests -m "not browser and not notebooks" -n 2
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests -m "not browser and not notebooks" -n 2 --durations=10
 
 # Strict nbval: every output must match the committed one (after the sanitize
 # regexes), computed on another floating-point path than the committed outputs (PyTorch's kernels
@@ -108,7 +115,7 @@ unit:
 # chapters go first, one to each worker (tests/conftest.py orders them by the time their
 # committed run took); --maxschedchunk=1 hands out the rest one at a time.
 nbval:
-	$(BIN)/python -m pytest tests/test_colab_like.py -m notebooks -p no:cacheprovider -n 2 --maxschedchunk=1
+	$(BIN)/python -m pytest tests/test_colab_like.py -m notebooks -p no:cacheprovider -n 2 --maxschedchunk=1 --durations=0
 
 # Needs the built book ($(HTML)); `make test` builds it first. Then chapter 2 is run
 # in JupyterLab (offline) and its prose's bound numbers are read as rendered there.
@@ -117,7 +124,7 @@ nbval:
 # (about 65 s) instead of queueing behind them on one worker.
 html-check:
 	$(BIN)/python -m pytest tests/test_html.py tests/test_jupyterlab.py -m browser -p no:cacheprovider \
-	    -n 2 --dist load
+	    -n 2 --dist load --durations=0
 
 # --- maintenance ---------------------------------------------------------------
 

@@ -34,9 +34,7 @@ They also check that the URL written in every notebook's Colab cell is the one
 from __future__ import annotations
 
 import ast
-import fcntl
 import functools
-import glob
 import importlib.util
 import json
 import os
@@ -49,97 +47,60 @@ from pathlib import Path
 
 import pytest
 import yaml
+from colab_env import (
+    COLAB_PYTHON,
+    COLAB_RUNTIME,
+    ColabEnvError,
+    build_template,
+    colab_template_dir,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "book").glob("*.ipynb"))
 
-# Colab's runtime as Google publishes it: github.com/googlecolab/backend-info,
-# os-info.txt and pip-freeze.txt (2026-08). To follow Colab, change these lines.
-COLAB_PYTHON = "3.13"
-COLAB_RUNTIME = {
-    # What the chapters use. torch: Colab has 2.11.0 (+cpu on its CPU runtime, +cu128 on
-    # its GPU runtime), both from PyTorch's own index, which is not reachable here. We use
-    # the project's torch==2.13.0, the version the committed outputs were computed with,
-    # so nbval compares Colab's notebook stack rather than two torch releases' rounding.
-    # On Python 3.13 it is PyPI's build (CUDA libraries, ~4.7 GB; it computes on the CPU
-    # here). The local CPU wheel of `make venv` exists only for Python 3.11.
-    "torch": "2.13.0",
-    "numpy": "2.1.3",
-    "matplotlib": "3.10.0",
-    "tqdm": "4.67.3",
-    # The kernel, the widgets and what displays outputs.
-    "ipywidgets": "7.7.1",
-    "ipython": "7.34.0",
-    "ipykernel": "6.17.1",
-    "jupyter_client": "7.4.9",
-    "traitlets": "5.7.1",
-    "widgetsnbextension": "3.6.10",
-    "jupyterlab_widgets": "3.0.16",
-    "notebook": "6.5.7",
-    "jupyter_core": "5.9.1",
-    "nbformat": "5.11.1",
-    "nbclient": "0.10.4",
-    "pyzmq": "26.2.1",
-    "tornado": "6.5.7",
-    "matplotlib-inline": "0.2.2",
-    "pillow": "11.3.0",
-    # Preinstalled and unused by the book: pinned so that nothing installed moves them.
-    "transformers": "5.15.0",
-    "safetensors": "0.8.0",
-    "tokenizers": "0.22.2",
-    "plotly": "5.24.1",
-    "altair": "5.5.0",
-    # Preinstalled, and used by the checker below.
-    "pytest": "8.4.2",
-    "sphinx": "8.2.3",
-}
-# ... plus the checker, which a Colab reader does not need: nbval, and MyST-NB so that
-# aiayn.glue records the numbers the book's prose shows and nbval compares them too.
-# (Without MyST-NB, as in Colab, glue is a no-op: tests/test_utils.py checks that path,
-# and test_chapters_glue_only_through_aiayn below that no chapter needs MyST-NB.)
-# They are installed with COLAB_RUNTIME as pip constraints: one that needed a newer
-# IPython (say) could not move it, and the install would fail instead.
-CHECKER_PACKAGES = ["nbval>=0.11", "myst-nb>=1,<2"]
 SANITIZE = REPO / "tests" / "nbval_sanitize.cfg"
 
 # The floating-point path the chapters are checked on, unlike the default path their committed
-# outputs come from (`make notebooks` clears these variables): PyTorch's kernels and MKL's code
-# path stepped down from the ones this machine picks. The full step down is PyTorch's scalar kernels
-# (ATEN_CPU_CAPABILITY=default: other orders of the sums in reductions, softmax, normalisation, the
-# optimiser) and MKL's path for any x86 processor (MKL_CBWR=COMPATIBLE: other blockings of the
-# matrix products). It moves the last bits of every chapter that trains, the float64 ones (3 and 4)
-# included, but it doubles the time of a training run. Chapters 6 and 7 train float32 models for
-# minutes; for them one instruction set down (on an AVX-512 machine: ATEN_CPU_CAPABILITY=avx2,
-# MKL_CBWR=AVX2) moves the last bits as well, at no measurable cost. (It leaves the float64
-# training of chapters 3 and 4 exactly as it is.) Each variable moves the last bits of a training
-# run (test_the_perturbed_path_moves_the_last_bits), as another processor does.
-FULL_STEP_DOWN = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+# outputs come from (`make notebooks` clears these variables): PyTorch's kernels and MKL's code path
+# stepped down from the ones this machine picks. Two steps are used, each where it is cheapest:
+# - one instruction set down (ONE_STEP_DOWN; on an AVX-512 machine ATEN_CPU_CAPABILITY=avx2 and
+#   MKL_CBWR=AVX2) for the chapters that train and run models in float32 only (ONE_STEP_CHAPTERS;
+#   the float64 cells of chapters 6 and 7 train nothing: parity checks and measurements at
+#   initialisation). It moves the last bits of float32 arithmetic (other blockings of the sums) at
+#   no measurable cost;
+# - PyTorch's scalar kernels (ATEN_CPU_CAPABILITY=default: other orders of the sums in reductions,
+#   softmax, normalisation, the optimiser, and other exp and log) with MKL one step down, for the
+#   chapters that compute in float64: chapters 3 and 4 train in it, and 1, 2 and 5 measure in it.
+#   Measured on a 200-step float64 run of chapter 4's model: one step down moves its final loss by
+#   2e-14, the scalar kernels by 1e-3, at 1.14 times the time. MKL_CBWR=COMPATIBLE (MKL's path for
+#   any x86 processor) moves it by 1e-14, at 1.5 times the time: it is used only where it is one
+#   step down, on a machine without AVX-512.
+# Each variable moves the last bits of a training run (test_the_perturbed_path_moves_the_last_bits),
+# as another processor does.
+PATH_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_CBWR")
 ONE_STEP_DOWN = {
     "AVX512": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},
-    "AVX2": FULL_STEP_DOWN,
+    "AVX2": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"},
 }
-ONE_STEP_CHAPTERS = {"06_encoder_decoder.ipynb", "07_training_and_inference.ipynb"}
+ONE_STEP_CHAPTERS = {"06_encoder_decoder.ipynb", "07_training_and_inference.ipynb",
+                    "08_complexity.ipynb", "09_training_at_scale.ipynb",
+                    "10_attention_in_a_trained_model.ipynb"}
 
 
-def perturbed_path(capability: str, mkl: bool, full: bool = True) -> dict:
+def perturbed_path(capability: str, mkl: bool, float64: bool = True) -> dict:
     """The variables that move a PyTorch with these default kernels (``capability``, as
-    ``torch.backends.cpu.get_cpu_capability()`` reports it) off its default path: the full step
-    down, or one instruction set down; MKL's variable only where PyTorch uses MKL. Empty where
-    there is nothing to step down from (an Apple-silicon Mac, say, whose own kernels already
-    differ from those of the committed outputs)."""
+    ``torch.backends.cpu.get_cpu_capability()`` reports it) off its default path: one instruction
+    set down, and where ``float64`` (a chapter that computes in float64) PyTorch's scalar kernels;
+    MKL's variable only where PyTorch uses MKL. Empty where there is nothing to step down from (an Apple-silicon Mac, say, whose own
+    kernels already differ from those of the committed outputs)."""
     if capability == "DEFAULT":
         return {}
-    path = dict(FULL_STEP_DOWN if full else ONE_STEP_DOWN.get(capability, FULL_STEP_DOWN))
+    path = dict(ONE_STEP_DOWN.get(capability, ONE_STEP_DOWN["AVX2"]))
+    if float64:
+        path["ATEN_CPU_CAPABILITY"] = "default"
     if not mkl:
         path.pop("MKL_CBWR", None)
     return path
-
-
-SITECUSTOMIZE = (
-    "import sys, types\n"
-    "# Stand-in for Colab: the chapters' first cell checks for this module.\n"
-    "sys.modules.setdefault('google.colab', types.ModuleType('google.colab'))\n"
-)
 
 
 def _repo_url() -> str:
@@ -180,95 +141,6 @@ def _run(cmd, **kwargs):
     return result
 
 
-def _pyenv_root() -> str:
-    if os.environ.get("PYENV_ROOT"):
-        return os.environ["PYENV_ROOT"]
-    if shutil.which("pyenv"):
-        found = subprocess.run(["pyenv", "root"], capture_output=True, text=True)
-        if found.returncode == 0:
-            return found.stdout.strip()
-    return str(Path.home() / ".pyenv")
-
-
-def _colab_interpreter() -> str:
-    """Colab's Python: python3.13 on PATH if it runs, else pyenv's newest 3.13.x.
-
-    Fails, never skips: without it this layer would check nothing."""
-    name = f"python{COLAB_PYTHON}"
-    candidates = [shutil.which(name)]  # a pyenv shim fails unless 3.13 is selected
-    installed = glob.glob(os.path.join(_pyenv_root(), "versions", f"{COLAB_PYTHON}.*", "bin", name))
-    patch = re.compile(rf"{re.escape(COLAB_PYTHON)}\.(\d+)$")  # not 3.13.0t (free-threaded)
-    installed = [p for p in installed if patch.match(Path(p).parents[1].name)]
-    candidates += sorted(installed, key=lambda p: int(patch.match(Path(p).parents[1].name)[1]),
-                         reverse=True)
-    probe = "import ensurepip, sys, venv; print(sys.executable); print('%d.%d' % sys.version_info[:2])"
-    for candidate in filter(None, candidates):
-        found = subprocess.run([candidate, "-c", probe], capture_output=True, text=True)
-        lines = found.stdout.splitlines()
-        if found.returncode == 0 and lines[-1:] == [COLAB_PYTHON]:
-            return lines[0]
-    pytest.fail(
-        f"Colab runs Python {COLAB_PYTHON}, and no working {name} (with venv and ensurepip) "
-        f"was found on PATH or under pyenv ({_pyenv_root()}/versions). Install it, e.g. "
-        f"`pyenv install {COLAB_PYTHON}` or your system's {name} and {name}-venv packages."
-    )
-
-
-def _pins() -> list[str]:
-    return [f"{name}=={version}" for name, version in COLAB_RUNTIME.items()]
-
-
-def _build_colab_env(root: Path) -> None:
-    """``root/venv``: Colab's Python with Colab's pinned packages, the checker (installed
-    under those pins as constraints), and a stand-in google.colab."""
-    env_dir = root / "venv"
-    _run([_colab_interpreter(), "-m", "venv", env_dir])
-    constraints = root / "colab-constraints.txt"
-    constraints.write_text("\n".join(_pins()) + "\n")
-    python = env_dir / "bin" / "python"
-    # --no-compile: no byte-code for the 5 GB installed (a minute of CPU); the kernels
-    # compile only what they import, once per worker (_clean_env)
-    _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
-          "-c", constraints, *_pins(), *CHECKER_PACKAGES], timeout=1800)
-    site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
-    Path(site.stdout.strip(), "sitecustomize.py").write_text(SITECUSTOMIZE)
-
-
-# `make test` builds the environment ahead, in the background while the unit tests and the
-# book build run (the install is mostly disk and unpacking: two cores idle otherwise), into
-# the folder this variable names; `make nbval` alone builds it in the session's own folder.
-PREBUILT = "AIAYN_COLAB_ENV"
-
-
-def colab_template_dir(basetemp: Path) -> Path:
-    """Where the session's one built environment lives: the prebuilt folder ``$AIAYN_COLAB_ENV``
-    if set; else beside the xdist workers' own temporary folders (their common parent), or in
-    the session's folder without xdist."""
-    if os.environ.get(PREBUILT):
-        return Path(os.environ[PREBUILT]).resolve()
-    shared = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
-    return shared / "colab-template"
-
-
-def _signature() -> str:
-    """What a built environment must match to be reused: Colab's Python and every pin."""
-    return json.dumps({"python": COLAB_PYTHON, "pins": _pins(), "checker": CHECKER_PACKAGES})
-
-
-def build_template(template: Path) -> None:
-    """Build the environment into ``template`` once, under a lock; reuse one already built
-    with the same pins (``template/ready`` holds them), rebuild one built with others."""
-    template.mkdir(parents=True, exist_ok=True)
-    with (template / "lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        ready = template / "ready"
-        if not (ready.exists() and ready.read_text() == _signature()):
-            ready.unlink(missing_ok=True)
-            shutil.rmtree(template / "venv", ignore_errors=True)  # a failed or stale build
-            _build_colab_env(template)
-            ready.write_text(_signature())
-
-
 @pytest.fixture(scope="session")
 def colab_python(tmp_path_factory) -> Iterator[Path]:
     """A fresh environment on Colab's Python with Colab's pinned packages, the checker
@@ -282,7 +154,10 @@ def colab_python(tmp_path_factory) -> Iterator[Path]:
     worker's install never changes the other's). ``tests/conftest.py`` removes the built
     environment when the session ends, unless it was prebuilt (``$AIAYN_COLAB_ENV``)."""
     template = colab_template_dir(tmp_path_factory.getbasetemp())
-    build_template(template)
+    try:
+        build_template(template)
+    except ColabEnvError as error:  # fails, never skips: without it this layer checks nothing
+        pytest.fail(str(error))
     root = tmp_path_factory.mktemp("colab")
     _run(["cp", "-al", template / "venv", root / "venv"])
     shutil.copy(template / "colab-constraints.txt", root / "colab-constraints.txt")
@@ -313,6 +188,10 @@ def _clean_env(colab_python: Path) -> dict:
     env["AIAYN_REPO_URL"] = f"file://{REPO}"
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env["PIP_CONSTRAINT"] = str(colab_python.parents[2] / "colab-constraints.txt")
+    # The chapters' install builds aiayn with the environment's own setuptools (Colab has one
+    # too), not in an isolated build environment that pip would fill anew for every chapter
+    # (seconds of each chapter's run). PIP_NO_BUILD_ISOLATION=0 means --no-build-isolation.
+    env["PIP_NO_BUILD_ISOLATION"] = "0"
     # The environment is installed without byte-code (--no-compile: a minute of CPU less, in
     # the background of the unit tests); its first kernel writes what it imports into this
     # worker's copy, and the next chapters' kernels load that (Colab, too, writes byte-code).
@@ -326,14 +205,14 @@ KERNELS = "import torch; print(torch.backends.cpu.get_cpu_capability(), torch.ba
 @functools.lru_cache
 def _kernels(python: Path) -> tuple[str, bool]:
     """The default kernels of ``python``'s PyTorch on this machine, and whether it uses MKL."""
-    env = {k: v for k, v in os.environ.items() if k not in FULL_STEP_DOWN}
+    env = {k: v for k, v in os.environ.items() if k not in PATH_VARIABLES}
     capability, mkl = _run([python, "-c", KERNELS], env=env).stdout.split()
     return capability, mkl == "True"
 
 
 def _path_of(colab_python: Path, notebook: str) -> dict:
     """The perturbed floating-point path of ``notebook``."""
-    return perturbed_path(*_kernels(colab_python), full=notebook not in ONE_STEP_CHAPTERS)
+    return perturbed_path(*_kernels(colab_python), float64=notebook not in ONE_STEP_CHAPTERS)
 
 
 def _perturbed_env(colab_python: Path, notebook: str) -> dict:
@@ -344,7 +223,9 @@ def _perturbed_env(colab_python: Path, notebook: str) -> dict:
 # A few hundred Adam steps of a small network: its final loss, to every digit. Rounding that
 # differs anywhere shows in the last digits (and a chapter's longer runs amplify it further).
 ADAM_RUN = """
+import sys
 import torch
+torch.set_default_dtype(getattr(torch, sys.argv[1]))
 torch.manual_seed(0)
 torch.set_num_threads(1)
 x, y = torch.randn(256, 32), torch.randn(256, 1)
@@ -360,21 +241,21 @@ print(repr(loss.item()), torch.backends.cpu.get_cpu_capability(), torch.backends
 """
 
 
-def _adam_run(python, env: dict) -> tuple[str, str, bool]:
+def _adam_run(python, env: dict, dtype: str = "float32") -> tuple[str, str, bool]:
     """The run's final loss (every digit), PyTorch's kernel level, and whether it has MKL."""
-    loss, capability, mkl = _run([python, "-c", ADAM_RUN], env=env).stdout.split()
+    loss, capability, mkl = _run([python, "-c", ADAM_RUN, dtype], env=env).stdout.split()
     return loss, capability, mkl == "True"
 
 
-@pytest.mark.parametrize("full", [True, False], ids=["full step down", "one step down"])
-def test_the_perturbed_path_moves_the_last_bits(full):
+@pytest.mark.parametrize("float64", [True, False], ids=["float64 chapters", "float32 chapters"])
+def test_the_perturbed_path_moves_the_last_bits(float64):
     """Each variable of the perturbed path, and all of them, change a training run's last digits
     here: without that, nbval on the perturbed path would check no more than a re-run."""
     import sys
 
-    default_env = {k: v for k, v in os.environ.items() if k not in FULL_STEP_DOWN}
+    default_env = {k: v for k, v in os.environ.items() if k not in PATH_VARIABLES}
     default, capability, mkl = _adam_run(sys.executable, default_env)
-    path = perturbed_path(capability, mkl, full)
+    path = perturbed_path(capability, mkl, float64)
     if not path:
         pytest.skip(f"no kernels to step down from on this machine ({capability})")
     losses = {"default": default}
@@ -385,13 +266,19 @@ def test_the_perturbed_path_moves_the_last_bits(full):
     assert len(set(losses.values())) == len(losses), f"a perturbation changed nothing: {losses}"
     # ... and only the last digits: the same run, rounded differently
     assert max(map(float, losses.values())) < 1.01 * min(map(float, losses.values()))
+    if float64:  # the path moves a float64 run as well
+        default64, _, _ = _adam_run(sys.executable, default_env, "float64")
+        perturbed64, _, _ = _adam_run(sys.executable, default_env | path, "float64")
+        assert perturbed64 != default64
 
 
 def test_the_perturbed_path_steps_down():
-    assert perturbed_path("AVX512", True) == FULL_STEP_DOWN
-    assert perturbed_path("AVX512", True, full=False) == {"ATEN_CPU_CAPABILITY": "avx2",
-                                                          "MKL_CBWR": "AVX2"}
-    assert perturbed_path("AVX2", False, full=False) == {"ATEN_CPU_CAPABILITY": "default"}
+    assert perturbed_path("AVX512", True) == {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AVX2"}
+    assert perturbed_path("AVX512", True, float64=False) == {"ATEN_CPU_CAPABILITY": "avx2",
+                                                             "MKL_CBWR": "AVX2"}
+    assert perturbed_path("AVX2", True, float64=False) == {"ATEN_CPU_CAPABILITY": "default",
+                                                           "MKL_CBWR": "COMPATIBLE"}
+    assert perturbed_path("AVX2", False, float64=False) == {"ATEN_CPU_CAPABILITY": "default"}
     assert perturbed_path("DEFAULT", True) == {}
     assert ONE_STEP_CHAPTERS <= {p.name for p in NOTEBOOKS}
 
@@ -434,7 +321,7 @@ def test_the_environment_has_colabs_python_and_versions(colab_python):
 def test_the_chapters_kernels_take_the_perturbed_path(colab_python):
     """In the Colab-like environment too (PyPI's PyTorch build), both perturbed paths change a
     training run's last digits."""
-    default_env = {k: v for k, v in _clean_env(colab_python).items() if k not in FULL_STEP_DOWN}
+    default_env = {k: v for k, v in _clean_env(colab_python).items() if k not in PATH_VARIABLES}
     default, capability, mkl = _adam_run(colab_python, default_env)
     assert (capability, mkl) == _kernels(colab_python)
     for notebook in ("03_variance_scaling.ipynb", "07_training_and_inference.ipynb"):
@@ -571,10 +458,3 @@ def test_notebook_reproduces_its_outputs_in_a_colab_like_environment(colab_pytho
                  cwd=workdir, env=_clean_env(colab_python))
     assert str(colab_python.parents[1]) in where.stdout, where.stdout
     assert sorted(p.name for p in workdir.iterdir()) == [path.name], "the chapter wrote files"
-
-
-if __name__ == "__main__":
-    # `make colab-env`: python tests/test_colab_like.py FOLDER
-    import sys
-
-    build_template(Path(sys.argv[1]))

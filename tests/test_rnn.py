@@ -33,12 +33,12 @@ from aiayn.learning.data import recall_task
 B, T, D_IN, D = 3, 7, 5, 6
 
 
-def randomized_pair(dtype, seed=0):
+def randomized_pair(dtype, seed=0, nonlinearity="tanh"):
     """Our layer with random weights and a bias, and torch.nn.RNN holding the same
     (torch's second bias is zero, since ours has one bias b = bias_ih + bias_hh)."""
     torch.manual_seed(seed)
-    ours = RNN(D_IN, D).to(dtype)
-    theirs = nn.RNN(D_IN, D, nonlinearity="tanh", batch_first=True).to(dtype)
+    ours = RNN(D_IN, D, nonlinearity=nonlinearity).to(dtype)
+    theirs = nn.RNN(D_IN, D, nonlinearity=nonlinearity, batch_first=True).to(dtype)
     with torch.no_grad():
         for p in ours.parameters():
             p.normal_(0, 0.5)
@@ -73,6 +73,26 @@ def test_rnn_matches_torch(dtype, with_h0):
     assert_parity(ours.w_hh.weight.grad, theirs.weight_hh_l0.grad, "d/dW_hh")
     assert_parity(ours.w_xh.bias.grad, theirs.bias_ih_l0.grad, "d/db")
     assert_parity(ours.w_xh.bias.grad, theirs.bias_hh_l0.grad, "d/db (torch's 2nd bias)")
+
+
+def test_rnn_relu_matches_torch():
+    ours, theirs = randomized_pair(torch.float64, nonlinearity="relu")
+    x = torch.randn(B, T, D_IN, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    assert_parity(ours(x)[0], theirs(x)[0], "outputs (relu)")
+
+
+def test_rnn_identity_is_the_linear_recurrence():
+    torch.manual_seed(0)
+    ours = RNN(D_IN, D, nonlinearity="identity").double()
+    x = torch.randn(B, T, D_IN, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    h, expected = torch.zeros(B, D, dtype=torch.float64), []
+    for t in range(T):  # h_t = W_hh h_{t-1} + W_xh x_t + b, nothing else
+        h = h @ ours.w_hh.weight.T + x[:, t] @ ours.w_xh.weight.T + ours.w_xh.bias
+        expected.append(h)
+    torch.testing.assert_close(ours(x)[0], torch.stack(expected, 1), atol=1e-12, rtol=0)
+    assert "nonlinearity='identity'" in repr(ours)
+    with pytest.raises(ValueError, match=r"nonlinearity must be one of \['identity', 'relu', 'tanh'\], got 'sigmoid'"):
+        RNN(D_IN, D, nonlinearity="sigmoid")
 
 
 def test_rnn_step_and_init():
@@ -130,8 +150,11 @@ def test_spectral_radius_and_rescaling():
     assert torch.equal(random_rnn(16, 1.3, seed=2).w_hh.weight, layer.w_hh.weight)
 
 
-def test_hidden_gradient_log_norms_match_autograd():
-    layer = random_rnn(D, 1.2, seed=3)
+@pytest.mark.parametrize("nonlinearity", ["tanh", "relu", "identity"])
+def test_hidden_gradient_log_norms_match_autograd(nonlinearity):
+    """The Jacobians use the layer's own derivative: a layer built with another
+    nonlinearity gets its own gradient, not tanh's."""
+    layer = random_rnn(D, 1.2, seed=3, nonlinearity=nonlinearity)
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(2, T, D, generator=gen, dtype=torch.float64)
     u = torch.randn(2, D, generator=gen, dtype=torch.float64)
@@ -142,7 +165,7 @@ def test_hidden_gradient_log_norms_match_autograd():
     states, h = [h0], h0
     xw = layer.w_xh(x)
     for t in range(T):
-        h = torch.tanh(xw[:, t] + layer.w_hh(h))
+        h = layer.f(xw[:, t] + layer.w_hh(h))
         h.retain_grad()
         states.append(h)
     (u / u.norm(dim=-1, keepdim=True) * h).sum().backward()
@@ -183,6 +206,13 @@ def test_gradient_decay_rate_below_the_radius():
         gradient_decay(0.9, 10, burn_in=-1)
     with pytest.raises(ValueError, match="length must be a positive int, got 0"):
         gradient_decay(0.9, 0)
+
+
+def test_a_linear_layer_has_the_spectral_radius_as_its_rate():
+    """Without a nonlinearity the Jacobian is W_hh at every step: the rate tends to rho."""
+    for radius in (0.9, 2.0):
+        log_norms = gradient_decay(radius, 100, input_std=0.1, nonlinearity="identity")
+        assert fit_geometric_rate(log_norms, start=10) == pytest.approx(radius, rel=0.02)
 
 
 def test_fit_geometric_rate():
@@ -253,6 +283,21 @@ def test_readers():
         rnn(torch.tensor([[0, 10]]))
     with pytest.raises(ValueError, match="tokens has length 40, longer than max_len=32"):
         with_pe(torch.zeros(1, 40, dtype=torch.long))
+
+
+def test_attention_reader_weights_are_the_questions_row():
+    torch.manual_seed(0)
+    tokens, _, _ = recall_task(3, 6, 4, 6, generator=torch.Generator().manual_seed(1))
+    model = AttentionReader(10, 16, 4, n_heads=2, max_len=32)
+    weights = model.attention_weights(tokens)
+    assert weights.shape == (3, 7)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3))
+    # the heads' mean of the last query's row of the layer's own weights
+    x = model.position(model.embed(tokens))
+    _, full = model.attn(x, x, x, need_weights=True)  # (B, H, T, T)
+    torch.testing.assert_close(weights, full[:, :, -1].mean(1))
+    with pytest.raises(ValueError, match="tokens has length 40, longer than max_len=32"):
+        model.attention_weights(torch.zeros(1, 40, dtype=torch.long))
 
 
 def test_lstm_reader_reads_the_last_hidden_state():

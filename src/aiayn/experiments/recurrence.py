@@ -41,20 +41,50 @@ def _check_positive_int(name: str, value: int) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
+# The nonlinearities f of h_t = f(...), each with its derivative written through its output
+# h = f(a): the Jacobian of one step is diag(f'(a)) W_hh, and backpropagation (as
+# hidden_gradient_log_norms does it) has only the stored states h at hand.
+def _tanh_prime(h: torch.Tensor) -> torch.Tensor:
+    return 1 - h**2  # tanh'(a) = 1 - tanh(a)^2
+
+
+def _relu_prime(h: torch.Tensor) -> torch.Tensor:
+    return (h > 0).to(h.dtype)
+
+
+def _identity(a: torch.Tensor) -> torch.Tensor:
+    return a
+
+
+NONLINEARITIES = {  # name: (f, f' as a function of h = f(a))
+    "tanh": (torch.tanh, _tanh_prime),
+    "relu": (torch.relu, _relu_prime),
+    "identity": (_identity, torch.ones_like),  # a linear recurrent layer
+}
+
+
 class RNN(nn.Module):
-    """One tanh recurrent layer: ``h_t = tanh(W_hh h_{t-1} + W_xh x_t + b)``.
+    """One recurrent layer: ``h_t = f(W_hh h_{t-1} + W_xh x_t + b)``, ``f = tanh`` by default.
 
     ``w_xh`` (``nn.Linear(d_input, d_model)``, holding ``b``) and ``w_hh``
     (``nn.Linear(d_model, d_model, bias=False)``). It computes what
     ``torch.nn.RNN(d_input, d_model, batch_first=True)`` computes, with one bias instead
-    of torch's two (``b = bias_ih + bias_hh``).
+    of torch's two (``b = bias_ih + bias_hh``). ``nonlinearity`` is ``"tanh"``, ``"relu"``
+    (torch.nn.RNN's two) or ``"identity"`` (a linear recurrent layer).
     """
 
-    def __init__(self, d_input: int, d_model: int, bias: bool = True):
+    def __init__(
+        self, d_input: int, d_model: int, bias: bool = True, nonlinearity: str = "tanh"
+    ):
         super().__init__()
         _check_positive_int("d_input", d_input)
         _check_positive_int("d_model", d_model)
+        if nonlinearity not in NONLINEARITIES:
+            raise ValueError(
+                f"nonlinearity must be one of {sorted(NONLINEARITIES)}, got {nonlinearity!r}"
+            )
         self.d_input, self.d_model = d_input, d_model
+        self.nonlinearity = nonlinearity
         self.w_xh = nn.Linear(d_input, d_model, bias=bias)
         self.w_hh = nn.Linear(d_model, d_model, bias=False)
         # torch.nn.RNN's initialisation: uniform in +-1/sqrt(d_model).
@@ -62,9 +92,17 @@ class RNN(nn.Module):
         for p in self.parameters():
             nn.init.uniform_(p, -bound, bound)
 
+    def f(self, a: torch.Tensor) -> torch.Tensor:
+        """The nonlinearity, applied to the pre-activation ``a``."""
+        return NONLINEARITIES[self.nonlinearity][0](a)
+
+    def f_prime(self, h: torch.Tensor) -> torch.Tensor:
+        """Its derivative ``f'(a)``, written through the output ``h = f(a)``."""
+        return NONLINEARITIES[self.nonlinearity][1](h)
+
     def step(self, x_t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """One step: ``(B, d_input)``, ``(B, d_model)`` -> ``h_t`` ``(B, d_model)``."""
-        return torch.tanh(self.w_xh(x_t) + self.w_hh(h))
+        return self.f(self.w_xh(x_t) + self.w_hh(h))
 
     def forward(
         self, x: torch.Tensor, h0: torch.Tensor | None = None
@@ -95,12 +133,14 @@ class RNN(nn.Module):
         xw = self.w_xh(x)  # (B, T, d_model)
         outputs = []
         for t in range(length):  # T sequential steps: h_t needs h_{t-1}
-            h = torch.tanh(xw[:, t] + self.w_hh(h))
+            h = self.f(xw[:, t] + self.w_hh(h))
             outputs.append(h)
         return torch.stack(outputs, dim=1), h  # (B, T, d_model), (B, d_model)
 
     def extra_repr(self) -> str:
-        return f"d_input={self.d_input}, d_model={self.d_model}"
+        return (
+            f"d_input={self.d_input}, d_model={self.d_model}, nonlinearity={self.nonlinearity!r}"
+        )
 
 
 # ----------------------------------------------------------- gradients against distance
@@ -155,7 +195,7 @@ def hidden_gradient_log_norms(
         log_scale = states.new_zeros(batch)
         log_norms = [log_scale.clone()]  # k = 0: |u| = 1
         for s in range(length - 1, -1, -1):  # from h_s back to h_{s-1}
-            grad = (grad * (1 - states[:, s] ** 2)) @ w_hh  # u^T diag(1 - h_s^2) W_hh
+            grad = (grad * layer.f_prime(states[:, s])) @ w_hh  # u^T diag(f'(a_s)) W_hh
             size = torch.linalg.vector_norm(grad, dim=-1)  # (B,)
             log_scale = log_scale + size.clamp_min(1e-300).log()
             grad = grad / size.clamp_min(1e-300)[:, None]
@@ -164,7 +204,11 @@ def hidden_gradient_log_norms(
 
 
 def random_rnn(
-    d_model: int, radius: float, seed: int = 0, dtype: torch.dtype = torch.float64
+    d_model: int,
+    radius: float,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+    nonlinearity: str = "tanh",
 ) -> RNN:
     """An :class:`RNN` with Gaussian weights and ``W_hh`` rescaled to spectral radius ``radius``.
 
@@ -174,7 +218,7 @@ def random_rnn(
     """
     _check_positive_int("d_model", d_model)
     gen = torch.Generator().manual_seed(seed)
-    layer = RNN(d_model, d_model).to(dtype)
+    layer = RNN(d_model, d_model, nonlinearity=nonlinearity).to(dtype)
     w_hh = torch.randn(d_model, d_model, generator=gen, dtype=torch.float64) / math.sqrt(d_model)
     w_xh = torch.randn(d_model, d_model, generator=gen, dtype=torch.float64) / math.sqrt(d_model)
     with torch.no_grad():
@@ -192,10 +236,11 @@ def gradient_decay(
     batch_size: int = 8,
     seed: int = 0,
     burn_in: int = 50,
+    nonlinearity: str = "tanh",
 ) -> torch.Tensor:
     """Mean over a batch of ``ln ||dL/dh_{n-k}||``, ``k = 0..length``: shape ``(length + 1,)``.
 
-    The layer is :func:`random_rnn` ``(d_model, radius, seed)`` in float64, the inputs are
+    The layer is :func:`random_rnn` ``(d_model, radius, seed, nonlinearity=...)`` in float64, the inputs are
     ``N(0, input_std^2)`` (small inputs keep the activations small, so the Jacobians are
     close to ``W_hh``). The layer first reads ``burn_in`` extra steps, so that every
     distance shown starts from a hidden state in its running regime, not from ``h_0 = 0``.
@@ -207,7 +252,7 @@ def gradient_decay(
         raise ValueError(f"burn_in must be an int >= 0, got {burn_in!r}")
     if not (isinstance(input_std, (int, float)) and math.isfinite(input_std) and input_std >= 0):
         raise ValueError(f"input_std must be a finite number >= 0, got {input_std!r}")
-    layer = random_rnn(d_model, radius, seed)
+    layer = random_rnn(d_model, radius, seed, nonlinearity=nonlinearity)
     gen = torch.Generator().manual_seed(seed + 1)
     shape = (batch_size, burn_in + length, d_model)
     x = input_std * torch.randn(shape, generator=gen, dtype=torch.float64)
@@ -361,6 +406,14 @@ class AttentionReader(nn.Module):
         x = self._add_positions(self.embed(tokens))  # (B, T, d_model)
         out = self.attn(x[:, -1:], x, x)  # (B, 1, d_model): one query, T keys
         return self.readout(out[:, 0])
+
+    def attention_weights(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Where the question looks: its attention weights over the ``T`` positions,
+        averaged over the heads, ``(B, T)`` (each row sums to 1)."""
+        check_tokens("tokens", tokens, self.vocab_size, self.max_len)
+        x = self._add_positions(self.embed(tokens))  # (B, T, d_model)
+        _, weights = self.attn(x[:, -1:], x, x, need_weights=True)  # (B, H, 1, T)
+        return weights[:, :, 0].mean(1)
 
 
 def greedy_generate(
