@@ -252,6 +252,14 @@ def test_plot_accuracy_curves():
     assert ax.get_title() == "t"
     assert ax.get_legend_handles_labels()[1] == ["seen in training (≤ 4)", "a", "chance"]
     np.testing.assert_allclose(ax.lines[0].get_ydata(), [1.0, 0.9, 0.5])
+    # training lengths drawn from [4, 8]: the shading starts at 4, not at 0
+    ax = plot_accuracy_curves({"a": ([2, 4, 8], [1.0, 0.9, 0.5])}, seen_max=8, seen_min=4)
+    assert ax.get_legend_handles_labels()[1][0] == "seen in training (4 to 8)"
+    span = ax.patches[0]
+    xs = span.get_patch_transform().transform(span.get_path().vertices)[:, 0]  # data x
+    assert (min(xs), max(xs)) == (3.5, 8.5)
+    with pytest.raises(ValueError, match="seen_min must be in"):
+        plot_accuracy_curves({"a": ([2], [1.0])}, seen_max=4, seen_min=5)
 
 
 def test_positional_explorer_redraws_at_the_extremes(monkeypatch):

@@ -1,6 +1,7 @@
 """A plain recurrent layer: the baseline the paper replaced (Section 1 and Section 4).
 
-``h_t = tanh(W_hh h_{t-1} + W_xh x_t + b)``, batch-first like the rest of the package.
+``h_t = tanh(W_hh h_{t-1} + W_xh x_t + b)`` (or another ``f`` than tanh), batch-first like the
+rest of the package.
 Besides the layer, this module holds what chapter 1 measures with it: how the gradient
 ``dh_n/dh_t`` shrinks or grows with the distance ``n - t`` (a product of ``n - t``
 Jacobians, one per step), the same kind of gradient through a self-attention layer, and
@@ -41,25 +42,12 @@ def _check_positive_int(name: str, value: int) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-# The nonlinearities f of h_t = f(...), each with its derivative written through its output
-# h = f(a): the Jacobian of one step is diag(f'(a)) W_hh, and backpropagation (as
-# hidden_gradient_log_norms does it) has only the stored states h at hand.
-def _tanh_prime(h: torch.Tensor) -> torch.Tensor:
-    return 1 - h**2  # tanh'(a) = 1 - tanh(a)^2
-
-
-def _relu_prime(h: torch.Tensor) -> torch.Tensor:
-    return (h > 0).to(h.dtype)
-
-
-def _identity(a: torch.Tensor) -> torch.Tensor:
-    return a
-
-
-NONLINEARITIES = {  # name: (f, f' as a function of h = f(a))
-    "tanh": (torch.tanh, _tanh_prime),
-    "relu": (torch.relu, _relu_prime),
-    "identity": (_identity, torch.ones_like),  # a linear recurrent layer
+# f of h_t = f(...), and its derivative written through the output h = f(a): the stored states are
+# what backpropagation (hidden_gradient_log_norms) has at hand.
+NONLINEARITIES = {
+    "tanh": (torch.tanh, lambda h: 1 - h**2),
+    "relu": (torch.relu, lambda h: (h > 0).to(h.dtype)),
+    "identity": (lambda a: a, torch.ones_like),  # a linear recurrent layer
 }
 
 
@@ -164,17 +152,13 @@ def scale_to_spectral_radius(weight: torch.Tensor, radius: float) -> torch.Tenso
     return weight * (radius / rho)
 
 
-def hidden_gradient_log_norms(
-    layer: RNN,
-    x: torch.Tensor,
-    h0: torch.Tensor | None = None,
-    cotangent: torch.Tensor | None = None,
-) -> torch.Tensor:
+def hidden_gradient_log_norms(layer: RNN, x: torch.Tensor, h0: torch.Tensor | None = None,
+                              cotangent: torch.Tensor | None = None) -> torch.Tensor:
     """``ln ||dL/dh_{n-k}||`` for ``k = 0..T`` with ``L = u . h_n``, ``n = T``: ``(B, T + 1)``.
 
     This is the gradient that backpropagation carries from a loss at the last step back
-    to step ``n - k``. Each step contributes one Jacobian,
-    ``dh_s/dh_{s-1} = diag(1 - h_s^2) W_hh``, so it is ``u^T`` times a product of ``k``
+    to step ``n - k``. Each step contributes one Jacobian, ``dh_s/dh_{s-1} = diag(f'(a_s)) W_hh``
+    with the layer's own ``f'`` (``1 - h_s^2`` for tanh; :attr:`RNN.nonlinearity`), so it is ``u^T`` times a product of ``k``
     of them: the path from ``h_{n-k}`` to ``h_n`` has length ``k``. ``u`` (``(B, D)``) is
     ``cotangent`` normalised to unit length, by default ``(1, ..., 1) / sqrt(D)``; ``k = 0``
     gives 1. The vector is renormalised at every step and its scale kept as a logarithm,
@@ -203,13 +187,8 @@ def hidden_gradient_log_norms(
         return torch.stack(log_norms, dim=1)  # (B, T + 1)
 
 
-def random_rnn(
-    d_model: int,
-    radius: float,
-    seed: int = 0,
-    dtype: torch.dtype = torch.float64,
-    nonlinearity: str = "tanh",
-) -> RNN:
+def random_rnn(d_model: int, radius: float, seed: int = 0, dtype: torch.dtype = torch.float64,
+               nonlinearity: str = "tanh") -> RNN:
     """An :class:`RNN` with Gaussian weights and ``W_hh`` rescaled to spectral radius ``radius``.
 
     ``W_hh`` and ``W_xh`` have ``N(0, 1/d_model)`` entries (``W_hh``'s eigenvalues then
@@ -228,16 +207,9 @@ def random_rnn(
     return layer
 
 
-def gradient_decay(
-    radius: float,
-    length: int,
-    d_model: int = 64,
-    input_std: float = 0.1,
-    batch_size: int = 8,
-    seed: int = 0,
-    burn_in: int = 50,
-    nonlinearity: str = "tanh",
-) -> torch.Tensor:
+def gradient_decay(radius: float, length: int, d_model: int = 64, input_std: float = 0.1,
+                   batch_size: int = 8, seed: int = 0, burn_in: int = 50,
+                   nonlinearity: str = "tanh") -> torch.Tensor:
     """Mean over a batch of ``ln ||dL/dh_{n-k}||``, ``k = 0..length``: shape ``(length + 1,)``.
 
     The layer is :func:`random_rnn` ``(d_model, radius, seed, nonlinearity=...)`` in float64, the inputs are
@@ -368,22 +340,14 @@ class AttentionReader(nn.Module):
     (Section 3.5), ``"learned"`` a trained table, ``"none"`` nothing.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        n_classes: int,
-        n_heads: int = 1,
-        max_len: int = 512,
-        positional: str = "sinusoidal",
-    ):
+    def __init__(self, vocab_size: int, d_model: int, n_classes: int, n_heads: int = 1,
+                 max_len: int = 512, positional: str = "sinusoidal"):
         super().__init__()
         _check_positive_int("vocab_size", vocab_size)
         _check_positive_int("n_classes", n_classes)
         if positional not in ("sinusoidal", "learned", "none"):
             raise ValueError(
-                f"positional must be 'sinusoidal', 'learned' or 'none', got {positional!r}"
-            )
+                f"positional must be 'sinusoidal', 'learned' or 'none', got {positional!r}")
         self.vocab_size, self.max_len, self.positional = vocab_size, max_len, positional
         self.embed = nn.Embedding(vocab_size, d_model)
         if positional == "sinusoidal":
@@ -393,7 +357,10 @@ class AttentionReader(nn.Module):
         self.attn = MultiHeadAttention(d_model, n_heads)
         self.readout = nn.Linear(d_model, n_classes)
 
-    def _add_positions(self, x: torch.Tensor) -> torch.Tensor:
+    def _inputs(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The embedded tokens with their positions: ``(B, T, d_model)``."""
+        check_tokens("tokens", tokens, self.vocab_size, self.max_len)
+        x = self.embed(tokens)
         if self.positional == "sinusoidal":
             return self.position(x)
         if self.positional == "learned":
@@ -402,18 +369,14 @@ class AttentionReader(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """``tokens`` ``(B, T)`` -> logits ``(B, n_classes)`` from the last position."""
-        check_tokens("tokens", tokens, self.vocab_size, self.max_len)
-        x = self._add_positions(self.embed(tokens))  # (B, T, d_model)
-        out = self.attn(x[:, -1:], x, x)  # (B, 1, d_model): one query, T keys
-        return self.readout(out[:, 0])
+        x = self._inputs(tokens)
+        return self.readout(self.attn(x[:, -1:], x, x)[:, 0])  # one query, T keys
 
     def attention_weights(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Where the question looks: its attention weights over the ``T`` positions,
-        averaged over the heads, ``(B, T)`` (each row sums to 1)."""
-        check_tokens("tokens", tokens, self.vocab_size, self.max_len)
-        x = self._add_positions(self.embed(tokens))  # (B, T, d_model)
-        _, weights = self.attn(x[:, -1:], x, x, need_weights=True)  # (B, H, 1, T)
-        return weights[:, :, 0].mean(1)
+        """Where the question looks: its weights over the ``T`` positions, averaged over the
+        heads, ``(B, T)`` (each row sums to 1)."""
+        x = self._inputs(tokens)
+        return self.attn(x[:, -1:], x, x, need_weights=True)[1][:, :, 0].mean(1)  # (B, H, 1, T)
 
 
 def greedy_generate(

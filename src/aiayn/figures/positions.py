@@ -92,14 +92,18 @@ def plot_positional_view(
 
 def plot_accuracy_curves(
     curves: dict, seen_max: int, chance: float | None = None, ax: plt.Axes | None = None,
-    xlabel: str = "sequence length", title: str | None = None,
+    xlabel: str = "sequence length", title: str | None = None, seen_min: int = 0,
 ) -> plt.Axes:
     """Accuracy curves ``{label: (x, y)}`` with the range seen in training shaded
-    (x up to ``seen_max``, inclusive) and an optional chance level."""
+    (x from ``seen_min`` to ``seen_max``, inclusive) and an optional chance level."""
+    if not 0 <= seen_min <= seen_max:
+        raise ValueError(f"seen_min must be in [0, seen_max={seen_max}], got {seen_min}")
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.6))
     x_max = max(float(np.max(np.asarray(x))) for x, _ in curves.values())
-    ax.axvspan(0, seen_max + 0.5, color="0.92", label=f"seen in training (≤ {seen_max})")
+    seen = f"{seen_min} to {seen_max}" if seen_min else f"≤ {seen_max}"
+    ax.axvspan(seen_min - 0.5 if seen_min else 0, seen_max + 0.5, color="0.92",
+               label=f"seen in training ({seen})")
     for label, (x, y) in curves.items():
         ax.plot(np.asarray(x), np.asarray(y), marker=".", label=label)
     if chance is not None:
