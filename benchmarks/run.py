@@ -33,8 +33,14 @@ from aiayn.inspection import torch_transformer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-# Dense bf16 peak of a few GPUs (FLOP/s), for the model FLOP utilisation (MFU).
-PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "T4": 65e12}
+# Dense peak FLOP/s of a few GPUs, for the model FLOP utilisation (MFU), from NVIDIA's data sheets
+# (SXM boards for H100 and H200; an H100 PCIe is slower, 756 bf16 and 51 float32 TFLOP/s).
+# float32: the CUDA cores, as PyTorch runs float32 matrix products by default (TF32 off).
+# The T4 has no bf16 tensor cores (its 65 TFLOP/s are float16), so it has no bf16 entry.
+PEAK_FLOPS = {
+    "bfloat16": {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12},
+    "float32": {"H100": 67e12, "H200": 67e12, "A100": 19.5e12, "L4": 30.3e12, "T4": 8.1e12},
+}
 
 
 @dataclass
@@ -218,22 +224,46 @@ def bench_transformer(
         if device.type == "cuda":
             note += f"; ours {tokens / stats['ours'][0]:,.0f} tokens/s"
             if label == "training step":
-                note += _mfu_note(ours, tokens, stats["ours"][0], device, autocast_dtype)
+                flops = training_step_flops(ours, src, tgt, autocast_dtype)
+                note += _mfu_note(flops, stats["ours"][0], device, autocast_dtype)
         rows.append(Row(f"aiayn / torch.nn.Transformer: {label}{tag}", setting,
                         _fmt_time(stats["ours"], repeats), _fmt_time(stats["torch"], repeats), f"{ratio:.3f}",
                         note))
     return rows
 
 
-def _mfu_note(model: nn.Module, tokens: int, seconds: float, device: torch.device,
+def training_step_flops(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor,
+                        autocast_dtype: torch.dtype | None = None) -> int:
+    """The FLOPs of the matrix products (attention's included) of one training step of ``model``
+    on ``src`` and ``tgt``, forward and backward, counted by PyTorch's ``FlopCounterMode``.
+
+    Each position passes only through its own stack, the source through the encoder and the target
+    through the decoder, so this is about ``6 (P_enc n_src + P_dec n_tgt)`` plus attention's
+    products: half of the ``6 P (n_src + n_tgt)`` of the rule of thumb, with ``P`` both stacks'
+    parameters (tests/test_benchmarks.py compares them)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        with torch.autocast(src.device.type, dtype=autocast_dtype,
+                            enabled=autocast_dtype is not None):
+            out = model(src, tgt)
+        out.float().square().mean().backward()
+    model.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops())
+
+
+def _mfu_note(flops: int, seconds: float, device: torch.device,
               autocast_dtype: torch.dtype | None) -> str:
-    """Model FLOP utilisation: 6 x parameters x tokens per training step, over the peak."""
-    name = device_name(device)
-    peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
-    if peak is None or autocast_dtype is not torch.bfloat16:
+    """Model FLOP utilisation: the step's counted FLOPs per second, over the GPU's dense peak for
+    the dtype the products ran in (nothing where the peak is not known)."""
+    dtype = "bfloat16" if autocast_dtype is torch.bfloat16 else "float32"
+    if autocast_dtype not in (None, torch.bfloat16):
         return ""
-    params = sum(p.numel() for p in model.parameters())
-    return f"; MFU {6 * params * tokens / seconds / peak:.1%} of bf16 peak"
+    name = device_name(device)
+    peak = next((v for k, v in PEAK_FLOPS[dtype].items() if k in name), None)
+    if peak is None:
+        return ""
+    return f"; MFU {flops / seconds / peak:.1%} of the {dtype} peak"
 
 
 # ------------------------------------------------------- 2. fused against explicit attention

@@ -77,3 +77,42 @@ def test_gpu_section_of_the_performance_page(tmp_path):
         "```{include} ../benchmarks/results/cuda.md\n:start-line: 2\n```")
     page = (Path(__file__).resolve().parents[1] / "book" / "performance.md").read_text()
     assert ext.MARKER in page
+
+
+def test_training_step_flops_count_each_stack_on_its_own_tokens(bench):
+    """The MFU's numerator: each position passes through its own stack only. The counted FLOPs
+    of a training step are about three times the forward's, about 6 (P_enc n_src + P_dec n_tgt) plus
+    attention's products, and half of 6 P (n_src + n_tgt), the rule of thumb the page once used."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    d, h, d_ff, n = 64, 4, 256, 2
+    stacks = bench.Stacks(d, h, d_ff, n)
+    src, tgt = torch.randn(2, 32, d), torch.randn(2, 32, d)
+    step = bench.training_step_flops(stacks, src, tgt)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        stacks(src, tgt)
+    forward = counter.get_total_flops()
+    # backward: two products per product, less the input gradients of the first layers
+    # (src and tgt need none)
+    assert 2.8 * forward < step <= 3 * forward
+    assert all(p.grad is None for p in stacks.parameters())  # it leaves no gradients behind
+    p_enc = sum(p.numel() for p in stacks.encoder.parameters())
+    p_dec = sum(p.numel() for p in stacks.decoder.parameters())
+    own_stack = 6 * (p_enc * src[..., 0].numel() + p_dec * tgt[..., 0].numel())
+    # about: biases and LayerNorm are parameters without products, attention has products
+    # without parameters
+    assert 0.85 < step / own_stack < 1.3
+    both_stacks = 6 * (p_enc + p_dec) * (src[..., 0].numel() + tgt[..., 0].numel())
+    assert both_stacks / step > 1.5  # the rule of thumb counts every token through both stacks
+
+
+def test_mfu_uses_the_peak_of_the_dtype_the_products_ran_in(bench, monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(bench, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    assert bench._mfu_note(494.5e12, 1.0, cpu, torch.bfloat16) == "; MFU 50.0% of the bfloat16 peak"
+    assert bench._mfu_note(33.5e12, 1.0, cpu, None) == "; MFU 50.0% of the float32 peak"
+    assert bench._mfu_note(1e12, 1.0, cpu, torch.float16) == ""  # no float16 peaks listed
+    monkeypatch.setattr(bench, "device_name", lambda device: "Tesla T4")
+    assert bench._mfu_note(1e12, 1.0, cpu, torch.bfloat16) == ""  # no bf16 tensor cores
+    assert bench._mfu_note(4.05e12, 1.0, cpu, None) == "; MFU 50.0% of the float32 peak"
