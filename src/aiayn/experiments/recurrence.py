@@ -158,8 +158,8 @@ def hidden_gradient_log_norms(layer: RNN, x: torch.Tensor, h0: torch.Tensor | No
 
     This is the gradient that backpropagation carries from a loss at the last step back
     to step ``n - k``. Each step contributes one Jacobian, ``dh_s/dh_{s-1} = diag(f'(a_s)) W_hh``
-    with the layer's own ``f'`` (``1 - h_s^2`` for tanh; :attr:`RNN.nonlinearity`), so it is ``u^T`` times a product of ``k``
-    of them: the path from ``h_{n-k}`` to ``h_n`` has length ``k``. ``u`` (``(B, D)``) is
+    with the layer's own ``f'`` (``1 - h_s^2`` for tanh; see ``RNN(nonlinearity=...)``), so it
+    is ``u^T`` times a product of ``k`` of them: the path from ``h_{n-k}`` to ``h_n`` has length ``k``. ``u`` (``(B, D)``) is
     ``cotangent`` normalised to unit length, by default ``(1, ..., 1) / sqrt(D)``; ``k = 0``
     gives 1. The vector is renormalised at every step and its scale kept as a logarithm,
     so it neither underflows nor overflows however long the sequence.
