@@ -75,16 +75,16 @@ book: venv assets
 # --- the tests, fastest first ---------------------------------------------------------
 
 # The Colab-like environment of nbval (5.5 GB, mostly disk and unpacking) is built in the
-# background from the first step (tests/colab_env.py needs only the standard library), while the
-# other set-up steps, lint, the unit tests and the book build run;
+# background while the other set-up steps, lint, the unit tests and the book build run (not beside
+# the install of .venv, which is disk-bound too: measured, the two together took longer);
 # nbval waits for it. Its log: $(COLAB_ENV).log. The browser checks run beside nbval (their
 # log is printed after it): they mostly wait for pages and servers, which leaves a core free
 # for nbval's notebooks most of the time.
-test:
+test: venv
 	@mkdir -p _build
 	@$(PYTHON) tests/colab_env.py $(COLAB_ENV) > $(COLAB_ENV).log 2>&1 & build=$$!; \
 	trap 'kill $$build 2>/dev/null || true' EXIT; \
-	$(MAKE) --no-print-directory venv assets browser; \
+	$(MAKE) --no-print-directory assets browser; \
 	$(MAKE) --no-print-directory lint; \
 	$(MAKE) --no-print-directory unit; \
 	$(MAKE) --no-print-directory book; \

@@ -400,7 +400,7 @@ def bench_training_to_accuracy(target: float = 0.99, max_steps: int = 5000,
             "weights, checked every 100 steps)"
             + ("" if reached else f": target {target} NOT reached within {max_steps} steps"))
     return [Row(f"training to {target:.0%} exact match (chapter 7 task)",
-                "d=64, h=4, N=2+2, batch 128, warm-up 300", f"{run['seconds']:.1f} s",
+                "d=64, h=4, N=2+2, batch 128, warm-up 300", f"{run['seconds']:.1f} s (1 run)",
                 note=note)]
 
 
@@ -412,7 +412,8 @@ def to_markdown(rows: list[Row], info: dict[str, str], notes: list[str]) -> str:
     lines = [f"# Benchmarks on {info['device']}", ""]
     lines += [f"- **{k}**: {v}" for k, v in info.items()]
     lines += [f"- {n}" for n in notes]
-    lines += ["", "Times: median of the runs after warm-up, (min-max, number of runs) in brackets. "
+    lines += ["", "Times: median of the runs after warm-up, (min-max, number of runs) in brackets; "
+              "a time marked (1 run) is a single run. "
               "Each benchmark is named \"A / B\"; the ratio is A / B, so below 1 means "
               "A is faster (or smaller).", ""]
     lines.append("| benchmark (A / B) | setting | A | B | A / B | note |")

@@ -242,7 +242,12 @@ def rewrite(paths: list[Path], old: Values | None = None) -> tuple[int, list[str
 #
 # Every number in the prose is bound to the value a cell computes. The few forms in which a
 # number may stand alone are these, and each is visible in the source:
-#   - in code (`...`, fenced blocks), in math ($...$, $$...$$), in a link's target;
+#   - in code (`...`, fenced blocks), in a link's target;
+#   - in math ($...$, $$...$$) when it is short: one or two digits and no decimal point
+#     ($d_k = 64$, $h = 8$, $2\pi$, $x^{2}$); a decimal, a number of three digits or more, or
+#     one in scientific form in math (MATH_VALUE below) is a value like any other: it is
+#     moved out of the math and bound ($d_k =$ 512<!-- glue: d_k -->), or the math is
+#     followed by ``<!-- typed: why -->`` ($d_\text{model} = 512$<!-- typed: Table 3 -->);
 #   - in a quotation "..." (or “...”) of a source or of the paper;
 #   - as part of a name or reference: Section 3.2, §2.2, Table 3, Figure 1, Eq. 1, chapter 6,
 #     source 000, step 3 ... (REFERENCE below), a heading's own number ("## 2. ...");
@@ -260,17 +265,32 @@ REFERENCE = re.compile(
     r"[Hh]eads?|[Pp]art|[Vv]ersion|Python|PyTorch|ipywidgets|JupyterLab|Jupyter Book|[Kk]ey|"
     r"[Qq]uery|[Tt]oken|[Pp]osition|WMT|newstest)|§)\s*"
     r"(?:[\d.]+[a-z]?\)?(?:\s*(?:,|and|or|to|–|-)?\s*\(?))*$")
-SKIP = [
+CODE = [
     re.compile(r"^```(?!\{(?:list-table|note|admonition))[^\n]*\n.*?^```", re.S | re.M),  # code
     re.compile(r"\{[\w:-]+\}`[^`]*`"),  # a MyST role in a page (.md), {glue:text} included
-    re.compile(r"\$\$.*?\$\$", re.S),  # display math
-    re.compile(r"(?<!\\)\$[^$\n]+?\$"),  # inline math
     re.compile(r"`[^`\n]*`"),  # inline code
+]
+# Display math, then inline math (a "$" escaped as "\$" opens none).
+MATH = re.compile(r"\$\$(?P<display>.*?)\$\$|(?<!\\)\$(?P<inline>[^$\n]+?)\$", re.S)
+MATH_TYPED = re.compile(r"\s*<!-- typed: [^>]+ -->")  # right after the closing $ or $$
+# In math, the numbers that are values: one in scientific form (3 \times 10^{-3}, 3 × 10^{-3},
+# 10^{-9}, 1e-9), a decimal (0.242, 45.3, .5), or three digits or more (512, 10000, 1,000,
+# 10{,}000; the 000 of 10\,000). One or two digits alone (64, 8, 2\pi, ^{2}) are not.
+MATH_VALUE = re.compile(
+    r"(?<![\w.])(?:\d+(?:\.\d+)?\s*(?:\\times|×|\\cdot|·)\s*)?10\s*\^\s*"
+    r"(?:\{\s*[-+−]?\s*\d+\s*\}|[-+−]?\d)"  # scientific form
+    r"|(?<![\w.])\d+(?:\.\d+)?[eE][-+−]?\d+(?!\w)"  # 1e-9, 3.0e+13
+    r"|(?<![\d.])(?:\d*\.\d+|\d{1,3}(?:(?:,|\{,\})\d{3})+|\d{3,})(?![\d])"  # decimal, 3+ digits
+)
+QUOTED = [
+    re.compile(r"\"[^\"\n]*\"|“[^”]*”"),  # quotations
+    re.compile(r"^>(?! \*\*Note\.\*\*).*(?:\n>.*)*", re.M),  # a quoted passage (not a note)
+]
+SKIP = [
     re.compile(r"\[\[[^\]]*\]\]\(#cite:[^)]*\)"),  # a citation's text
     re.compile(r"\]\([^)\s]*\)"),  # a link's target
     re.compile(r"<[^>\n]*>"),  # HTML tags and comments (bindings are removed before)
-    re.compile(r"\"[^\"\n]*\"|“[^”]*”"),  # quotations
-    re.compile(r"^>(?! \*\*Note\.\*\*).*(?:\n>.*)*", re.M),  # a quoted passage (not a note)
+    *QUOTED,
     re.compile(r"(?<![\w.,])00\d(?![\w])"),  # the sources' numbers: 000, 002, 003, 004
     re.compile(r"^#+ \d+(?:\.\d+)*\.? ", re.M),  # a heading's own number
     re.compile(r"^:[\w-]+:.*$", re.M),  # a directive's options (in a page)
@@ -285,10 +305,12 @@ def unbound_numbers(markdown: str, literal: Callable[[str], str] | None = None) 
     that many characters before each binding are the bound number, not prose.
     """
     text = _blank_bound_literals(markdown, literal)
-    text = TYPED.sub(lambda m: " " * len(m.group(0)), text)
+    for pattern in CODE:
+        text = pattern.sub(_blank, text)
+    text, found = _check_math(text)
+    text = TYPED.sub(_blank, text)
     for pattern in SKIP:
-        text = pattern.sub(lambda m: " " * len(m.group(0)), text)
-    found = []
+        text = pattern.sub(_blank, text)
     for match in NUMBER.finditer(text):
         if REFERENCE.search(text[max(0, match.start() - 40):match.start()]):
             continue
@@ -298,10 +320,34 @@ def unbound_numbers(markdown: str, literal: Callable[[str], str] | None = None) 
     return found
 
 
-def _blank_bound_literals(markdown: str, literal: Callable[[str], str] | None) -> str:
-    def blank(match: re.Match) -> str:
-        return " " * len(match.group(0))
+def _blank(match: re.Match) -> str:
+    return " " * len(match.group(0))
 
+
+def _check_math(text: str) -> tuple[str, list[str]]:
+    """``text`` with its math blanked, and the values typed in math that is not marked typed.
+
+    Math inside a quotation of a source or of the paper is quoted as it stands.
+    """
+    quoted = [m.span() for pattern in QUOTED for m in pattern.finditer(text)]
+    found, out, last = [], [], 0
+    for match in MATH.finditer(text):
+        typed = MATH_TYPED.match(text, match.end())
+        end = typed.end() if typed else match.end()
+        inside_quote = any(a <= match.start() and match.end() <= b for a, b in quoted)
+        if not typed and not inside_quote:
+            body = match["display"] if match["display"] is not None else match["inline"]
+            math = " ".join(match.group(0).split())
+            for value in MATH_VALUE.finditer(body):
+                found.append(f"{value.group(0)!r} in math {math[:90]!r}: bind it outside the "
+                             "math, or mark the math <!-- typed: why -->")
+        out.append(text[last:match.start()] + " " * (end - match.start()))
+        last = end
+    out.append(text[last:])
+    return "".join(out), found
+
+
+def _blank_bound_literals(markdown: str, literal: Callable[[str], str] | None) -> str:
     out, last = [], 0
     for match in BINDING.finditer(markdown):
         before = markdown[last:match.start()]

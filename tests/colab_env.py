@@ -1,9 +1,9 @@
 """Colab's environment, rebuilt here: Colab's Python and Colab's pinned packages, for
 ``tests/test_colab_like.py`` (whose docstring says why).
 
-Standard library only: ``make test`` runs ``python3 tests/colab_env.py FOLDER`` at its start,
-before the project's virtual environment exists, so that the 5.5 GB install (mostly disk and
-unpacking) runs beside the other set-up steps.
+Standard library only (no pytest, no PyYAML): ``make test`` runs ``python3 tests/colab_env.py
+FOLDER`` in the background, so that the 5.5 GB install (mostly disk and unpacking) runs beside the
+unit tests and the book build.
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ def test_benchmarks_run_on_tiny_sizes(bench, tmp_path, monkeypatch):
     rows += bench.bench_decoding((2,), d_model=16, n_layers=1, repeats=1)
     rows += bench.bench_training_to_accuracy(0.99, max_steps=10)
     assert "NOT reached within 10 steps" in rows[-1].note  # 10 steps cannot do it
-    assert float(rows[-1].first.removesuffix(" s")) > 0
+    assert rows[-1].first.endswith(" s (1 run)")  # one run: no median to give
+    assert float(rows[-1].first.removesuffix(" s (1 run)")) > 0
     text = bench.to_markdown(rows, bench.machine_info(torch.device("cpu")), ["a note"])
     assert text.startswith("# Benchmarks on cpu") and "- a note" in text
     assert text.count("\n| ") == len(rows) + 2  # header, rule, rows

@@ -257,9 +257,27 @@ def test_no_hand_typed_numbers_in_the_prose(path):
     "a 2 + 2 layer model",
     "between sub-layers (512 in the base model)",
     "> **Note.** It takes 3 minutes.",
+    # in math: a decimal, three digits or more, or scientific form
+    "the rate is $3 \\times 10^{-3}$.",
+    "the rate is $3 × 10^{-3}$.",
+    "with $\\epsilon = 10^{-9}$ and",
+    "$\\sqrt{2 d_k} \\approx 45.3$",
+    "$d_k = 512$ here",
+    "$n \\le 1,000$ positions",
+    "$$\nx^{-0.5}\n$$\n\nThe next paragraph.",
+    "$x = 0.5$<!-- typed: an example's input --> and $y = 0.25$",  # a marker covers one span
 ])
 def test_unbound_check_catches_planted_numbers(planted):
     assert prose_numbers.unbound_numbers(planted), planted
+
+
+def test_unbound_check_names_the_page_the_cell_and_the_number(tmp_path):
+    chapter = _copy_book(tmp_path) / "06_encoder_decoder.ipynb"
+    index, _ = _markdown(chapter)[1]
+    _edit_cell(chapter, index, lambda s: s + "\n\nThe width is $d_k = 512$ here.\n")
+    planted = [p for p in prose_numbers.unbound([chapter]) if "$d_k = 512$" in p]
+    assert len(planted) == 1, planted
+    assert planted[0].startswith(f"{chapter.name}, markdown cell {index}: '512' in math"), planted
 
 
 @pytest.mark.parametrize("allowed", [
@@ -272,9 +290,16 @@ def test_unbound_check_catches_planted_numbers(planted):
     "## 2. Scaled dot-product attention\n\n1. An exercise.\n2. Another.",
     "The hard answer 20<!-- typed: the value of key 1, chosen in the prose --> is close.",
     "float64, bf16, W_1, GPT-2, P100",
+    # in math: one or two digits, or a span marked typed
+    "$d_\\text{model} = 512$<!-- typed: the paper's base model -->",
+    "$h = 8$",
+    "$$x^{-0.5}$$\n<!-- typed: the paper's Eq. 3 -->",
+    "$d_k = 64$, $2\\pi$, $x^{2}$, $h_{t-1}$, $10^{2i/d}$ and $\\sqrt{d_k}$",
+    "$d_k =$ 512<!-- glue: d_k -->",
+    'Source 000 writes "from $2\\pi$ to $10000 \\cdot 2\\pi$".',  # a quotation
 ])
 def test_unbound_check_accepts_the_allowed_forms(allowed):
-    literal = {"w:.2f": "0.81", "row": "[0.62, 0.07, 0.31]"}.get
+    literal = {"w:.2f": "0.81", "row": "[0.62, 0.07, 0.31]", "d_k": "512"}.get
     assert prose_numbers.unbound_numbers(allowed, literal) == [], allowed
 
 
