@@ -53,6 +53,7 @@ from colab_env import (
     ColabEnvError,
     build_template,
     colab_template_dir,
+    run,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,10 +136,11 @@ def test_chapters_glue_only_through_aiayn(path):
 
 
 def _run(cmd, **kwargs):
-    result = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
-    if result.returncode != 0:
-        pytest.fail(f"{' '.join(map(str, cmd))} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
-    return result
+    """colab_env.run, failing the test (not raising) when the command fails."""
+    try:
+        return run(cmd, **kwargs)
+    except ColabEnvError as error:
+        pytest.fail(str(error))
 
 
 @pytest.fixture(scope="session")
