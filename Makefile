@@ -80,20 +80,23 @@ book: venv assets
 # nbval waits for it. Its log: $(COLAB_ENV).log. The browser checks run beside nbval (their
 # log is printed after it): they mostly wait for pages and servers, which leaves a core free
 # for nbval's notebooks most of the time.
+# Each stage's end is logged with the seconds since the start ("[make test] ..."), so that a
+# slow run shows where its time went.
 test: venv
 	@mkdir -p _build
-	@$(PYTHON) tests/colab_env.py $(COLAB_ENV) > $(COLAB_ENV).log 2>&1 & build=$$!; \
+	@start=$$(date +%s); at() { echo "[make test] $$1 at $$(( $$(date +%s) - start )) s"; }; \
+	$(PYTHON) tests/colab_env.py $(COLAB_ENV) > $(COLAB_ENV).log 2>&1 & build=$$!; \
 	trap 'kill $$build 2>/dev/null || true' EXIT; \
-	$(MAKE) --no-print-directory assets browser; \
-	$(MAKE) --no-print-directory lint; \
-	$(MAKE) --no-print-directory unit; \
-	$(MAKE) --no-print-directory book; \
+	$(MAKE) --no-print-directory assets browser; at "assets and browser ready"; \
+	$(MAKE) --no-print-directory lint; at "lint passed"; \
+	$(MAKE) --no-print-directory unit; at "unit tests passed"; \
+	$(MAKE) --no-print-directory book; at "book built"; \
 	echo "waiting for the Colab-like environment ($(COLAB_ENV).log)"; \
-	wait $$build || { tail -n 40 $(COLAB_ENV).log; exit 1; }; \
+	wait $$build || { tail -n 40 $(COLAB_ENV).log; exit 1; }; at "Colab-like environment ready"; \
 	$(MAKE) --no-print-directory html-check > _build/html-check.log 2>&1 & html=$$!; \
 	trap 'kill $$build $$html 2>/dev/null || true' EXIT; \
 	nbval=0; AIAYN_COLAB_ENV=$(COLAB_ENV) $(MAKE) --no-print-directory nbval || nbval=$$?; \
-	checks=0; wait $$html || checks=$$?; \
+	at "nbval ended"; checks=0; wait $$html || checks=$$?; at "browser checks ended"; \
 	echo "--- the browser checks (make html-check, run beside nbval) ---"; cat _build/html-check.log; \
 	test $$nbval = 0 && test $$checks = 0
 	@echo "All checks passed."
@@ -119,12 +122,12 @@ nbval:
 
 # Needs the built book ($(HTML)); `make test` builds it first. Then chapter 2 is run
 # in JupyterLab (offline) and its prose's bound numbers are read as rendered there.
-# Two workers, test by test: each starts its own browser, and each JupyterLab test its own
-# server, so the pages' checks (about 125 s in all) fill the time of the two JupyterLab ones
-# (about 65 s) instead of queueing behind them on one worker.
+# Two workers: each starts its own browser, and each JupyterLab test its own server, so the
+# pages' checks fill the time of the two JupyterLab ones instead of queueing behind them on one
+# worker. --dist loadgroup: the tests of one page run on one worker, which opens it once.
 html-check:
 	$(BIN)/python -m pytest tests/test_html.py tests/test_jupyterlab.py -m browser -p no:cacheprovider \
-	    -n 2 --dist load --durations=0
+	    -n 2 --dist loadgroup --durations=0
 
 # --- maintenance ---------------------------------------------------------------
 

@@ -184,18 +184,30 @@ class PageVisit:
         pytest.fail(f"{self.name}:\n{listed}\nscreenshot: {shot}\nconsole log: {log}")
 
 
+@pytest.fixture(scope="module")
+def _opened(browser, site):
+    pages: dict[str, PageVisit] = {}
+    yield pages
+    for page in pages.values():
+        page.page.context.close()
+
+
 @pytest.fixture
-def visit(browser, site):
-    contexts = []
+def visit(_opened, browser, site):
+    """Open a page, once per worker: the tests of one page are one xdist group (``_grouped``),
+    so one worker runs them all, in file order, on one visit (the clean-page check first)."""
 
     def open_page(page_path: str) -> PageVisit:
-        page = PageVisit(browser, site, page_path)
-        contexts.append(page.page.context)
-        return page
+        if page_path not in _opened:
+            _opened[page_path] = PageVisit(browser, site, page_path)
+        return _opened[page_path]
 
-    yield open_page
-    for context in contexts:
-        context.close()
+    return open_page
+
+
+def _grouped(pages: list[str]) -> list:
+    """One xdist group per page (``--dist loadgroup``): its tests share one visit."""
+    return [pytest.param(page, marks=pytest.mark.xdist_group(page)) for page in pages]
 
 
 def _content_problems(info: dict) -> list[str]:
@@ -225,7 +237,7 @@ def _content_problems(info: dict) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("page_path", PAGES)
+@pytest.mark.parametrize("page_path", _grouped(PAGES))
 def test_page_is_offline_complete_and_clean(visit, page_path):
     page = visit(page_path)
     page.fail_if(page.problems + _content_problems(page.info))
@@ -237,13 +249,14 @@ MODULE_URLS = """() => ["base", "controls", "base7", "controls7", "html-manager"
     name => new URL(require.toUrl("@jupyter-widgets/" + name), location.href).pathname)"""
 
 
+@pytest.mark.xdist_group("book/02_scaled_dot_product_attention")
 def test_the_widget_bundle_finds_its_fonts(visit):
     page = visit("book/02_scaled_dot_product_attention")
     folders = {url.rsplit("/", 1)[0] for url in page.page.evaluate(MODULE_URLS)}
     assert folders == {"/_static/vendor/html-manager"}, folders
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS)
+@pytest.mark.parametrize("chapter", _grouped(CHAPTERS))
 def test_chapter_launches_in_colab_and_downloads(visit, site, chapter):
     page = visit(chapter)
     repo = urlsplit(CONFIG["repository"]["url"]).path.strip("/")
@@ -401,7 +414,7 @@ def explorer_problems(page, chapter: str = "") -> tuple[list[str], int]:
     return problems, checked
 
 
-@pytest.mark.parametrize("chapter", EXPLORER_CHAPTERS)
+@pytest.mark.parametrize("chapter", _grouped(EXPLORER_CHAPTERS))
 def test_explorers_respond_in_the_static_html(visit, chapter):
     """Every control of every explorer, moved to both ends: the view switches to the one
     precomputed for that setting, in the browser, offline, with no console error, and what
