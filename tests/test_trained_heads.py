@@ -215,9 +215,14 @@ def test_head_roles_and_positions_on_the_model(minilm):
     model, tokenizer = minilm
     trace = trace_sentences(model, tokenizer, list(ROLE_SENTENCES[:6]))
     roles = head_roles(trace)
+    n_tokens = trace.mask.sum(-1).float()  # (B,): each sentence's real tokens
     for role in ROLES:
         assert roles.shares[role].shape == (6, 12)
         assert bool(((roles.shares[role] >= 0) & (roles.shares[role] <= 1 + 1e-6)).all())
+        each = roles.by_sentence[role]  # (B, L, H): the shares, sentence by sentence
+        assert each.shape == (6, 6, 12)
+        pooled = (each * n_tokens[:, None, None]).sum(0) / n_tokens.sum()
+        torch.testing.assert_close(pooled, roles.shares[role], atol=1e-6, rtol=0)
     assert bool((roles.entropy >= 0).all())
     assert float(roles.entropy.max()) <= math.log(max(len(t) for t in trace.tokens)) + 1e-5
     sim = position_similarity(model)

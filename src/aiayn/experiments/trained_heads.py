@@ -173,13 +173,15 @@ class HeadRoles:
     """Per layer and head: ``shares[role]`` ``(L, H)``, the mean share of a query's attention
     on each of :data:`ROLES` over all real query tokens of a batch; ``spread[role]`` ``(L, H)``,
     the standard deviation over sentences of the per-sentence mean (small = a stable habit);
-    ``entropy`` and ``entropy_spread`` ``(L, H)``, the same for the rows' entropy (nats)."""
+    ``entropy`` and ``entropy_spread`` ``(L, H)``, the same for the rows' entropy (nats);
+    ``by_sentence[role]`` ``(B, L, H)``, each sentence's mean share."""
 
     shares: dict[str, torch.Tensor]
     spread: dict[str, torch.Tensor]
     entropy: torch.Tensor
     entropy_spread: torch.Tensor
     n_tokens: int  # real query tokens in the batch
+    by_sentence: dict[str, torch.Tensor]
 
     def dominant(self, threshold: float = 0.5) -> list[tuple[int, int, str, float]]:
         """Heads with one role taking at least ``threshold`` of their attention:
@@ -235,25 +237,28 @@ def head_roles(trace: SentenceTrace) -> HeadRoles:
     length = real.shape[1]
     keys = _role_keys(trace.tokens, length)
     shares, spread, entropy, entropy_spread = {r: [] for r in ROLES}, {r: [] for r in ROLES}, [], []
+    by_sentence = {r: [] for r in ROLES}
     tokens_per_sentence = real.sum(-1).double()  # (B,)
 
-    def summarise(per_query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def summarise(per_query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         per_sentence = _per_sentence(per_query, real)  # (B, H)
         pooled = (per_sentence * tokens_per_sentence[:, None]).sum(0) / tokens_per_sentence.sum()
-        return pooled.float(), per_sentence.std(dim=0, correction=0).float()
+        return pooled.float(), per_sentence.std(dim=0, correction=0).float(), per_sentence.float()
 
     for layer in trace.attentions:  # (B, H, T, T), padded rows and columns are 0
         a = layer.double().cpu()
         for role in ROLES:
-            mean, std = summarise((a * keys[role][:, None]).sum(-1))  # (B, H, T) -> (H,)
+            mean, std, each = summarise((a * keys[role][:, None]).sum(-1))  # (B, H, T) -> (H,)
             shares[role].append(mean)
             spread[role].append(std)
-        mean, std = summarise(-torch.special.xlogy(a, a).sum(-1))
+            by_sentence[role].append(each)  # (B, H)
+        mean, std, _ = summarise(-torch.special.xlogy(a, a).sum(-1))
         entropy.append(mean)
         entropy_spread.append(std)
     return HeadRoles({r: torch.stack(v) for r, v in shares.items()},
                      {r: torch.stack(v) for r, v in spread.items()},
-                     torch.stack(entropy), torch.stack(entropy_spread), int(real.sum()))
+                     torch.stack(entropy), torch.stack(entropy_spread), int(real.sum()),
+                     {r: torch.stack(v, dim=1) for r, v in by_sentence.items()})
 
 
 #: Sentences for :func:`head_roles`, written for the chapter: short and long, questions,
