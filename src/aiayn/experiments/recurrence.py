@@ -309,8 +309,8 @@ class LSTMReader(nn.Module):
     """Embedding, one ``torch.nn.LSTM`` layer, and a linear read-out of the last hidden state.
 
     The gated counterpart of :class:`RNNReader`, of the same width: its input, forget and
-    output gates decide at every step what the cell state keeps (Hochreiter and
-    Schmidhuber, 1997). Its three gates and candidate cell state give it about four times
+    output gates decide at every step what the cell state takes in, keeps and passes on (the
+    input and output gates: Hochreiter and Schmidhuber, 1997; the forget gate: Gers et al., 2000). Its three gates and candidate cell state give it about four times
     the recurrent weights of :class:`RNNReader`.
     """
 

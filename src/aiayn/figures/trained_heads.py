@@ -195,7 +195,8 @@ def trained_attention_twin(model: BertEncoder, tokenizer: Any, sentences: Sequen
         return (f"layer {layer}, head {head}: {pairs}",
                 {"top": ",".join(map(str, top)), "layer": layer, "head": head})
 
-    short = [s if len(s) <= 40 else s[:37] + "..." for s in sentences]
+    # Both ends of a long sentence: minimal pairs differ only at the end.
+    short = [s if len(s) <= 40 else s[:18] + "..." + s[-19:] for s in sentences]
     controls = [
         Control("sentence", [(label, i) for i, label in enumerate(short)], 0, "dropdown"),
         Control("layer", [(str(i), i) for i in layers], start[0]),
