@@ -4,9 +4,11 @@ the noun it refers to?
 A pair is two sentences that differ only at the end, so that "it" means the first noun in one
 and the second noun in the other ("The trophy didn't fit in the suitcase because it was too big"
 / "... too small"); Levesque et al. (2012) made such pairs a test of what a reader understands.
-A head that resolved the pronoun would move its weight with the referent. Half of the pairs
-swap the two nouns' places, so that a head that prefers the first noun (the subject in every
-sentence here), or the animate one, behaves differently from one that follows the referent.
+A head that resolved the pronoun would move its weight with the referent. In every pair the
+first sentence's referent is the first noun (the subject), the second's the second noun; every
+second pair swaps the two nouns' places, so that a head that prefers one noun for what it is
+(the animate one, say) shows up as well as one that prefers the first noun. The pronoun read is
+the first "it" of each sentence.
 
 Shapes: ``P`` pairs, ``L`` layers, ``H`` heads. Layers and heads are counted from 0.
 """
