@@ -148,6 +148,7 @@ notebooks: venv
 	env -u ATEN_CPU_CAPABILITY -u MKL_CBWR AIAYN_HTML_TWINS=1 $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=900 $(NOTEBOOKS)
 	$(BIN)/python scripts/prose_numbers.py rewrite --old $(NB_SNAPSHOT)
+	$(BIN)/python scripts/fold_solutions.py $(NOTEBOOKS)
 	$(BIN)/python scripts/executed_on.py book/_executed_on.json $(NOTEBOOKS)
 
 clean:

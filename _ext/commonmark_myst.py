@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 import re
 
+import exercise_blocks
+
 LABEL = re.compile(r"^<a id=\"(?P<label>[\w-]+)\"></a>\n(?:[ \t]*\n)*", re.M)
 CITE = re.compile(r"\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(#cite:(?P<keys>[\w,-]+)\)")
 API = re.compile(r"\[`?(?P<text>[^\]`]+)`?\]\(api\.md#(?P<target>[\w.]+)\)")
@@ -48,19 +50,22 @@ def to_myst(markdown: str) -> str:
     return NOTE.sub(_note, markdown)
 
 
-def notebook_to_myst(text: str) -> str:
-    """A whole ``.ipynb`` file's JSON text, with every markdown cell converted."""
+def notebook_to_myst(text: str, path: str = "") -> str:
+    """A whole ``.ipynb`` file's JSON text, with every markdown cell converted (and a
+    chapter's exercises and solutions made sphinx-exercise blocks: ``exercise_blocks``)."""
     notebook = json.loads(text)
     for cell in notebook["cells"]:
         if cell["cell_type"] == "markdown":
             source = "".join(cell["source"])
             cell["source"] = to_myst(source)
+    notebook["cells"] = exercise_blocks.convert(notebook["cells"], path)
     return json.dumps(notebook, ensure_ascii=False)
 
 
 def _on_source_read(app, docname: str, source: list[str]) -> None:
-    if str(app.env.doc2path(docname)).endswith(".ipynb"):
-        source[0] = notebook_to_myst(source[0])
+    path = str(app.env.doc2path(docname))
+    if path.endswith(".ipynb"):
+        source[0] = notebook_to_myst(source[0], path)
 
 
 def setup(app):

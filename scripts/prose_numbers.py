@@ -295,6 +295,7 @@ SKIP = [
     re.compile(r"^#+ \d+(?:\.\d+)*\.? ", re.M),  # a heading's own number
     re.compile(r"^:[\w-]+:.*$", re.M),  # a directive's options (in a page)
     re.compile(r"^\s*\d+[.)] ", re.M),  # a numbered list's item numbers
+    re.compile(r"^### Solution \d+\s*$", re.M),  # a solution's heading names its exercise
 ]
 
 

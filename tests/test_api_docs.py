@@ -57,6 +57,6 @@ def test_top_level_names_are_documented_in_their_modules():
 
 
 def test_subpackages_are_found_and_say_what_they_hold():
-    assert SUBPACKAGES == ["experiments", "figures", "learning", "train"]
+    assert SUBPACKAGES == ["exercises", "experiments", "figures", "learning", "train"]
     for name in SUBPACKAGES:
         assert inspect.getdoc(importlib.import_module(f"aiayn.{name}")), f"aiayn.{name}: no docstring"

@@ -25,6 +25,7 @@ import functools
 import http.server
 import itertools
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -432,6 +433,43 @@ def test_explorers_respond_in_the_static_html(visit, chapter):
     if not checked:
         found.append("no control was moved")
     page.fail_if(page.problems + problems + found)
+
+
+SOLUTION_CHAPTERS = [c for c in CHAPTERS
+                     if re.search(r'"### Solution \d+', (ROOT / f"{c}.ipynb").read_text())]
+
+# Each solution block: is its body shown, and how much of it.
+SOLUTION_STATE = """() => Array.from(document.querySelectorAll('div.solution')).map(block => {
+    const body = Array.from(block.children).filter(e => !e.classList.contains('admonition-title')
+                                                        && e.tagName !== 'BUTTON');
+    return {title: block.querySelector('.admonition-title')?.textContent.trim() || '',
+            shown: body.some(e => e.offsetParent !== null && e.getBoundingClientRect().height > 0),
+            text: body.map(e => e.textContent).join(' ').trim().slice(0, 60)};
+})"""
+
+
+@pytest.mark.parametrize("chapter", _grouped(SOLUTION_CHAPTERS))
+def test_solutions_are_folded_until_one_click(visit, chapter):
+    """No solution's text is on screen when the page opens; one click on a solution's title
+    shows that one solution (and a second click folds it again)."""
+    page = visit(chapter)
+    n_exercises = page.page.locator("div.exercise").count()
+    state = page.page.evaluate(SOLUTION_STATE)
+    problems = [f"solution {s['title']!r} is shown before it is asked for: {s['text']!r}"
+                for s in state if s["shown"]]
+    if len(state) != n_exercises or not state:
+        problems.append(f"{n_exercises} exercises but {len(state)} solution blocks")
+    first = page.page.locator("div.solution .admonition-title").first
+    first.scroll_into_view_if_needed()
+    first.click()
+    page.page.wait_for_timeout(500)
+    opened = page.page.evaluate(SOLUTION_STATE)
+    if not opened[0]["shown"] or not opened[0]["text"]:
+        problems.append(f"one click on {state[0]['title']!r} did not show its solution")
+    if any(s["shown"] for s in opened[1:]):
+        problems.append("one click showed more than one solution")
+    first.click()  # fold it again: the page stays as it was for the other checks
+    page.fail_if(problems)
 
 
 def test_a_frozen_view_is_reported(browser, site, tmp_path):

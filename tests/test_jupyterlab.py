@@ -13,6 +13,8 @@ server) and, in headless Chromium (Playwright):
 
 - runs every cell; the kernel must end idle, every code cell must have an execution
   count, and no cell may have an error output;
+- checks that every solution is folded when the notebook opens (its heading collapsed, the
+  cells under it hidden), and that one click on the first one's fold arrow shows that one;
 - takes the first markdown cell with a binding and, for each binding in it, formats the
   value the kernel has just glued exactly as MyST-NB's ``{glue:text}`` role does; the
   literal before the binding must be that text, the rendered cell must show it, and no
@@ -397,6 +399,37 @@ async ([index, source]) => {
 """
 
 
+# Each solution heading (``### Solution N``): is it folded, and are the cells under it hidden.
+SOLUTIONS = r"""
+() => {
+  const cells = window.jupyterapp.shell.currentWidget.content.widgets;
+  const found = [];
+  cells.forEach((cell, i) => {
+    if (!/^### Solution \d+/.test(cell.model.sharedModel.getSource())) return;
+    const under = [];
+    for (let j = i + 1; j < cells.length; j++) {
+      if (/^#{1,3} /.test(cells[j].model.sharedModel.getSource())
+          && cells[j].model.type === 'markdown') break;
+      under.push(cells[j].isHidden);
+    }
+    found.push({index: i, folded: cell.headingCollapsed === true, hidden: under});
+  });
+  return found;
+}
+"""
+
+# Tag a cell's node and scroll it into view, so that Playwright can click in it.
+TAG_CELL = """
+async index => {
+  const notebook = window.jupyterapp.shell.currentWidget.content;
+  document.querySelectorAll('[data-solution-heading]').forEach(
+      e => e.removeAttribute('data-solution-heading'));
+  await notebook.scrollToItem(index, 'center');
+  notebook.widgets[index].node.setAttribute('data-solution-heading', '');
+}
+"""
+
+
 class LabPage:
     """The notebook open in JupyterLab, with what the browser reported."""
 
@@ -440,6 +473,14 @@ class LabPage:
             arg=[selector, shows], timeout=20_000)
         return output.inner_text(), output
 
+    def solutions(self) -> list[dict]:
+        return self.page.evaluate(SOLUTIONS)
+
+    def click_fold_button(self, index: int) -> None:
+        """One click on the button "N cells hidden" that a folded heading ``index`` shows."""
+        self.page.evaluate(TAG_CELL, index)
+        self.page.locator("[data-solution-heading] .jp-showHiddenCellsButton").click()
+
     def save_failure_evidence(self) -> list[Path]:
         ARTIFACTS.mkdir(exist_ok=True)
         shot = ARTIFACTS / "jupyterlab-failure.png"
@@ -476,6 +517,7 @@ def _check_chapter(lab_page: LabPage, index: int, source: str) -> None:
     lab_page.open()
     config = json.loads(lab_page.page.locator("#jupyter-config-data").text_content())
     assert config.get("news", {}).get("disabled") is True, "JupyterLab would fetch news"
+    _check_solutions_folded(lab_page)
 
     start = time.monotonic()
     model = lab_page.run_all()
@@ -509,6 +551,24 @@ def _check_chapter(lab_page: LabPage, index: int, source: str) -> None:
     print(f"planted {wrong!r} for {text!r}: reported as {planted}")
 
     assert not lab_page.external, f"requests to other hosts: {lab_page.external}"
+
+
+def _check_solutions_folded(lab_page: LabPage) -> None:
+    """The notebook opens with every solution folded (its cells hidden); one click on the
+    first one's "cells hidden" button shows its cells and only those."""
+    solutions = lab_page.solutions()
+    assert solutions, "the chapter has no '### Solution N' heading"
+    shown = [s["index"] for s in solutions if not s["folded"] or not all(s["hidden"])]
+    assert not shown, f"solutions on screen when the notebook opens (heading cells {shown})"
+    first = solutions[0]
+    lab_page.click_fold_button(first["index"])
+    lab_page.page.wait_for_function(
+        "i => !window.jupyterapp.shell.currentWidget.content.widgets[i].headingCollapsed",
+        arg=first["index"], timeout=10_000)
+    after = lab_page.solutions()
+    assert not any(after[0]["hidden"]), f"one click left cells of solution 1 hidden: {after[0]}"
+    assert all(s["folded"] and all(s["hidden"]) for s in after[1:]), "other solutions opened"
+    print(f"solution 1 opened with one click: {len(after[0]['hidden'])} cells shown")
 
 
 # ------------------------------------------------ every chapter's live explorer, in JupyterLab

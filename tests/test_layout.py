@@ -8,6 +8,7 @@ file or inside a function, is an edge from one module to another.
 - ``aiayn.train`` (scale-out) imports the model, learning and itself;
 - ``aiayn.experiments`` imports the model, learning and itself;
 - ``aiayn.figures`` imports anything but scale-out;
+- ``aiayn.exercises`` (the readers' check functions) imports the model, learning and itself;
 - no import cycle between modules, and no module longer than 400 lines.
 
 The last test plants a violating import in a copy of the package and shows the check fails.
@@ -27,6 +28,7 @@ ALLOWED = {
     "train": {"model", "learning", "train"},
     "experiments": {"model", "learning", "experiments"},
     "figures": {"model", "learning", "experiments", "figures"},
+    "exercises": {"model", "learning", "exercises"},
 }
 
 
@@ -126,12 +128,12 @@ def test_no_module_over_400_lines():
     assert long == {}
 
 
-def test_the_model_is_at_the_top_and_the_subpackages_are_the_four_kinds():
+def test_the_model_is_at_the_top_and_the_subpackages_are_the_five_kinds():
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
     assert top == ["attention", "inspection", "layers", "masks", "model", "positional", "pretrained",
                    "utils"]
     subpackages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
-    assert subpackages == ["experiments", "figures", "learning", "train"]
+    assert subpackages == ["exercises", "experiments", "figures", "learning", "train"]
 
 
 def test_the_checks_fail_on_planted_violations(tmp_path):

@@ -35,6 +35,7 @@ def _load(name: str, path: Path):
 
 
 prose_numbers = _load("prose_numbers", ROOT / "scripts" / "prose_numbers.py")
+sys.path.insert(0, str(ROOT / "_ext"))  # as Sphinx's local_extensions does
 commonmark_myst = _load("commonmark_myst", ROOT / "_ext" / "commonmark_myst.py")
 
 COMMONMARK = MarkdownIt("commonmark")
@@ -229,7 +230,7 @@ def test_commonmark_forms_become_myst(commonmark, myst):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_commonmark_form_is_converted(path):
     """After the conversion, no label, citation or API link is left for MyST to misread."""
-    converted = json.loads(commonmark_myst.notebook_to_myst(path.read_text()))
+    converted = json.loads(commonmark_myst.notebook_to_myst(path.read_text(), str(path)))
     for cell in converted["cells"]:
         if cell["cell_type"] == "markdown":
             source = cell["source"]

@@ -22,6 +22,7 @@ from aiayn.experiments.trained_heads import (  # noqa: E402
     ROLE_SENTENCES,
     ROLES,
     ItAnimalStreet,
+    _is_punctuation,
     head_roles,
     position_similarity,
     word_pieces,
@@ -115,18 +116,22 @@ def test_head_roles_on_known_maps_ignores_padding():
     roles = head_roles(fake_trace(tokens, [a]))
     assert roles.n_tokens == 10
     assert set(roles.shares) == set(ROLES)
-    assert float(roles.shares["previous"][0, 0]) == pytest.approx(8 / 10)
-    assert float(roles.shares["cls"][0, 0]) == pytest.approx(4 / 10)  # [CLS] and the first word
-    assert float(roles.shares["self"][0, 0]) == pytest.approx(2 / 10)
+    # A role is averaged over the queries where it means something: [CLS] has no previous
+    # token and is the "cls" key itself, so its row counts for neither.
+    assert float(roles.shares["previous"][0, 0]) == pytest.approx(1.0)
+    assert float(roles.shares["cls"][0, 0]) == pytest.approx(2 / 8)  # the first word, of 5 + 3
+    assert float(roles.shares["self"][0, 0]) == pytest.approx(2 / 10)  # every real query counts
     assert float(roles.shares["next"][0, 0]) == 0.0
     assert float(roles.entropy[0, 0]) == pytest.approx(0.0, abs=1e-9)
     assert float(roles.entropy[0, 1]) == pytest.approx((6 * math.log(6) + 4 * math.log(4)) / 10)
-    # uniform: each token gets 1/n; one punctuation mark in each sentence
-    assert float(roles.shares["punctuation"][0, 1]) == pytest.approx(1 / 6 * 0.6 + 1 / 4 * 0.4)
-    assert float(roles.shares["sep"][0, 1]) == pytest.approx(1 / 6 * 0.6 + 1 / 4 * 0.4)
-    # spread: per-sentence previous share 5/6 and 3/4
-    assert float(roles.spread["previous"][0, 0]) == pytest.approx(abs(5 / 6 - 3 / 4) / 2)
-    assert roles.dominant(0.7) == [(0, 0, "previous", pytest.approx(0.8))]
+    # uniform: each token gets 1/n; one punctuation mark in each sentence, whose own row and
+    # [SEP]'s own row are left out of "punctuation" and "sep": 5 and 3 queries count
+    assert float(roles.shares["punctuation"][0, 1]) == pytest.approx((5 / 6 + 3 / 4) / 8)
+    assert float(roles.shares["sep"][0, 1]) == pytest.approx((5 / 6 + 3 / 4) / 8)
+    # spread: per-sentence previous share of the uniform head, 1/6 and 1/4
+    assert float(roles.spread["previous"][0, 1]) == pytest.approx(abs(1 / 6 - 1 / 4) / 2)
+    assert float(roles.spread["previous"][0, 0]) == pytest.approx(0.0)
+    assert roles.dominant(0.7) == [(0, 0, "previous", pytest.approx(1.0))]
 
 
 def test_role_sentences_are_many_varied_and_distinct():
@@ -216,12 +221,17 @@ def test_head_roles_and_positions_on_the_model(minilm):
     trace = trace_sentences(model, tokenizer, list(ROLE_SENTENCES[:6]))
     roles = head_roles(trace)
     n_tokens = trace.mask.sum(-1).float()  # (B,): each sentence's real tokens
+    n_punct = torch.tensor([sum(_is_punctuation(t) for t in s) for s in trace.tokens]).float()
+    # the queries each role counts: all but [CLS] or [SEP] for the neighbours and the special
+    # tokens, all but the punctuation itself for "punctuation"
+    counted = {"self": n_tokens, "punctuation": n_tokens - n_punct}
     for role in ROLES:
+        n = counted.get(role, n_tokens - 1)
         assert roles.shares[role].shape == (6, 12)
         assert bool(((roles.shares[role] >= 0) & (roles.shares[role] <= 1 + 1e-6)).all())
         each = roles.by_sentence[role]  # (B, L, H): the shares, sentence by sentence
         assert each.shape == (6, 6, 12)
-        pooled = (each * n_tokens[:, None, None]).sum(0) / n_tokens.sum()
+        pooled = (each * n[:, None, None]).sum(0) / n.sum()
         torch.testing.assert_close(pooled, roles.shares[role], atol=1e-6, rtol=0)
     assert bool((roles.entropy >= 0).all())
     assert float(roles.entropy.max()) <= math.log(max(len(t) for t in trace.tokens)) + 1e-5

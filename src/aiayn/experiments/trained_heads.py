@@ -171,7 +171,8 @@ ROLES = ("previous", "next", "self", "cls", "sep", "punctuation")
 @dataclass
 class HeadRoles:
     """Per layer and head: ``shares[role]`` ``(L, H)``, the mean share of a query's attention
-    on each of :data:`ROLES` over all real query tokens of a batch; ``spread[role]`` ``(L, H)``,
+    on each of :data:`ROLES` over the real query tokens of a batch where the role means
+    something (:func:`head_roles`); ``spread[role]`` ``(L, H)``,
     the standard deviation over sentences of the per-sentence mean (small = a stable habit);
     ``entropy`` and ``entropy_spread`` ``(L, H)``, the same for the rows' entropy (nats);
     ``by_sentence[role]`` ``(B, L, H)``, each sentence's mean share."""
@@ -217,9 +218,31 @@ def _role_keys(tokens: list[list[str]], length: int) -> dict[str, torch.Tensor]:
     }
 
 
-def _per_sentence(values: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    """``(B, H, T)`` per query -> ``(B, H)`` mean over each sentence's real queries."""
-    weights = real[:, None, :].to(values.dtype)  # (B, 1, T)
+def _role_queries(tokens: list[list[str]], real: torch.Tensor) -> dict[str, torch.Tensor]:
+    """For each role, a ``(B, T)`` bool: the real queries whose share for it means something.
+
+    A query that is itself the role's key would meet the role by default (``[CLS]`` on
+    ``[CLS]``), and one with no such key could not meet it (``[CLS]`` has no previous token);
+    both are left out of the role's average."""
+    length = real.shape[1]
+    position = torch.arange(length)[None, :]  # (1, T)
+    last = real.sum(-1, keepdim=True) - 1  # (B, 1): the [SEP] position
+    punct = torch.zeros_like(real)
+    for b, sentence in enumerate(tokens):
+        punct[b, : len(sentence)] = torch.tensor([_is_punctuation(t) for t in sentence])
+    return {
+        "previous": real & (position > 0),
+        "next": real & (position < last),
+        "self": real,
+        "cls": real & (position > 0),
+        "sep": real & (position < last),
+        "punctuation": real & ~punct,
+    }
+
+
+def _per_sentence(values: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """``(B, H, T)`` per query -> ``(B, H)`` mean over each sentence's counted queries."""
+    weights = queries[:, None, :].to(values.dtype)  # (B, 1, T)
     return (values * weights).sum(-1) / weights.sum(-1)
 
 
@@ -229,30 +252,33 @@ def head_roles(trace: SentenceTrace) -> HeadRoles:
     A query's share for a role is the sum of its weights on the role's keys: "previous" and
     "next" the neighbouring tokens (none for ``[CLS]``'s previous or ``[SEP]``'s next),
     "self" the query itself, "cls" and "sep" the sentence's ``[CLS]`` and ``[SEP]``,
-    "punctuation" every token made only of punctuation. Shares are averaged over all real
-    queries of the batch (each token counts once); the spread is the standard deviation over
-    sentences of each sentence's mean (0 for a single sentence). Roles may overlap (the
-    ``[SEP]`` query's "self" is its "sep")."""
+    "punctuation" every token made only of punctuation. A role's share is averaged over the
+    queries where it means something (``_role_queries``: not ``[CLS]`` for "previous" and
+    "cls", not ``[SEP]`` for "next" and "sep", no punctuation query for "punctuation"), each
+    counted once; the entropy over all real queries. The spread is the standard deviation
+    over sentences of each sentence's mean (0 for a single sentence)."""
     real = trace.mask  # (B, T)
     length = real.shape[1]
     keys = _role_keys(trace.tokens, length)
+    queries = _role_queries(trace.tokens, real)
     shares, spread, entropy, entropy_spread = {r: [] for r in ROLES}, {r: [] for r in ROLES}, [], []
     by_sentence = {r: [] for r in ROLES}
-    tokens_per_sentence = real.sum(-1).double()  # (B,)
 
-    def summarise(per_query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        per_sentence = _per_sentence(per_query, real)  # (B, H)
-        pooled = (per_sentence * tokens_per_sentence[:, None]).sum(0) / tokens_per_sentence.sum()
+    def summarise(per_query: torch.Tensor, counted: torch.Tensor):
+        per_sentence = _per_sentence(per_query, counted)  # (B, H)
+        n = counted.sum(-1).double()[:, None]  # (B, 1): queries counted per sentence
+        pooled = (per_sentence * n).sum(0) / n.sum()
         return pooled.float(), per_sentence.std(dim=0, correction=0).float(), per_sentence.float()
 
     for layer in trace.attentions:  # (B, H, T, T), padded rows and columns are 0
         a = layer.double().cpu()
         for role in ROLES:
-            mean, std, each = summarise((a * keys[role][:, None]).sum(-1))  # (B, H, T) -> (H,)
+            per_query = (a * keys[role][:, None]).sum(-1)  # (B, H, T)
+            mean, std, each = summarise(per_query, queries[role])  # (H,), (H,), (B, H)
             shares[role].append(mean)
             spread[role].append(std)
             by_sentence[role].append(each)  # (B, H)
-        mean, std, _ = summarise(-torch.special.xlogy(a, a).sum(-1))
+        mean, std, _ = summarise(-torch.special.xlogy(a, a).sum(-1), real)
         entropy.append(mean)
         entropy_spread.append(std)
     return HeadRoles({r: torch.stack(v) for r, v in shares.items()},

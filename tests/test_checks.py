@@ -1,0 +1,160 @@
+"""The ``check_*`` functions of ``aiayn.exercises.checks``: a correct attempt passes, and each planted
+mistake, written the way a reader would write it, gets its own message."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from aiayn.exercises.checks import (
+    Verdict,
+    check_attention,
+    check_causal_mask,
+    check_noam_lr,
+    check_positional_encoding,
+    check_split_heads,
+)
+
+
+def _attention(scale="sqrt", dim=-1, fill=float("-inf"), invert=False, use_mask=True,
+               zeros_for_empty=True, return_weights=False):
+    """A reader's attention, with one switch per mistake."""
+    def attention(q, k, v, mask=None):
+        d_k = q.shape[-1]
+        divisor = {"sqrt": math.sqrt(d_k), "none": 1.0, "d_k": d_k}[scale]
+        scores = q @ k.transpose(-2, -1) / divisor
+        if mask is not None and use_mask:
+            scores = scores.masked_fill(mask if invert else ~mask, fill)
+        weights = torch.softmax(scores, dim=dim)
+        if mask is not None and zeros_for_empty:
+            weights = torch.where(mask.any(-1, keepdim=True), weights, 0.0)
+        out = weights @ v
+        return (out, weights) if return_weights else out
+    return attention
+
+
+ATTENTION_MISTAKES = {
+    "no scale": (_attention(scale="none"), "without the scale"),
+    "divided by d_k": (_attention(scale="d_k"), "divides the scores by d_k"),
+    "softmax over queries": (_attention(dim=-2), "softmax over the last"),
+    "mask ignored": (_attention(use_mask=False, zeros_for_empty=False), "masked keys get weight"),
+    "mask inverted": (_attention(invert=True), "True in the mask means"),
+    "NaN rows": (_attention(zeros_for_empty=False), "gets NaN"),
+    "-1e9 fill": (_attention(fill=-1e9, zeros_for_empty=False), "uniform weights"),
+}
+
+
+@pytest.mark.parametrize("return_weights", [False, True])
+def test_a_correct_attention_passes(return_weights):
+    verdict = check_attention(_attention(return_weights=return_weights))
+    assert isinstance(verdict, Verdict) and verdict.ok, verdict.message
+    assert verdict.message.startswith("Correct")
+
+
+@pytest.mark.parametrize("name", ATTENTION_MISTAKES)
+def test_each_attention_mistake_is_named(name):
+    attempt, expected = ATTENTION_MISTAKES[name]
+    verdict = check_attention(attempt)
+    assert not verdict and expected in verdict.message, verdict.message
+
+
+def test_the_messages_are_all_different():
+    messages = {check_attention(a).message.split(": ", 1)[1] for a, _ in ATTENTION_MISTAKES.values()}
+    assert len(messages) == len(ATTENTION_MISTAKES)
+
+
+def test_an_unknown_error_and_a_crash_are_reported():
+    wrong_values = check_attention(lambda q, k, v, mask=None: _attention()(q, k, v, mask) * 1.1)
+    assert not wrong_values and "differs from aiayn.scaled_dot_product_attention by up to" in str(wrong_values)
+    crash = check_attention(lambda q, k, v, mask=None: q @ k)  # k not transposed
+    assert not crash and "raised RuntimeError" in crash.message
+    transposed = check_attention(lambda q, k, v, mask=None: (_attention()(q, k, v, mask)).transpose(-2, -1))
+    assert not transposed and "has shape" in transposed.message
+
+
+def _split(kind):
+    def split_heads(x, n_heads):
+        b, t, d = x.shape
+        d_k = d // n_heads
+        if kind == "right":
+            return x.view(b, t, n_heads, d_k).transpose(1, 2)
+        if kind == "no transpose first":
+            return x.view(b, n_heads, t, d_k)
+        if kind == "strided":
+            return x.view(b, t, d_k, n_heads).permute(0, 3, 1, 2)
+        return x.view(b, t, n_heads, d_k)  # forgot the transpose
+    return split_heads
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("no transpose first", "block of positions"), ("strided", "every n_heads-th feature"),
+    ("forgot", "swap the axes 1 and 2")])
+def test_split_heads_mistakes(kind, expected):
+    assert check_split_heads(_split("right")).ok
+    verdict = check_split_heads(_split(kind))
+    assert not verdict and expected in verdict.message, verdict.message
+
+
+def _encoding(kind):
+    def encoding(n_positions, d_model):
+        pe = torch.zeros(n_positions, d_model, dtype=torch.float64)
+        start = 1 if kind == "from 1" else 0
+        for pos in range(n_positions):
+            for i in range(d_model // 2):
+                two_i = {"i": i, "4i": 4 * i}.get(kind, 2 * i)
+                angle = (pos + start) / 10000 ** (two_i / d_model)
+                sin, cos = math.sin(angle), math.cos(angle)
+                if kind == "swapped":
+                    sin, cos = cos, sin
+                if kind == "halves":
+                    pe[pos, i], pe[pos, d_model // 2 + i] = sin, cos
+                elif kind == "column index":
+                    pe[pos, 2 * i] = sin
+                    pe[pos, 2 * i + 1] = math.cos((pos + start) / 10000 ** ((2 * i + 1) / d_model))
+                else:
+                    pe[pos, 2 * i], pe[pos, 2 * i + 1] = sin, cos
+        return pe
+    return encoding
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("swapped", "swapped"), ("halves", "all the sines come first"),
+    ("column index", "must share the frequency"), ("4i", "twice as fast"),
+    ("from 1", "positions start at 0")])
+def test_positional_encoding_mistakes(kind, expected):
+    assert check_positional_encoding(_encoding("right")).ok
+    verdict = check_positional_encoding(_encoding(kind))
+    assert not verdict and expected in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize("attempt, expected", [
+    (lambda n: torch.ones(n, n, dtype=torch.bool).triu(), "the transpose of yours"),
+    (lambda n: torch.ones(n, n).triu(1) == 1, "marks the blocked positions"),
+    (lambda n: torch.ones(n, n, dtype=torch.bool).tril(-1), "diagonal is True"),
+    (lambda n: torch.ones(n, n, dtype=torch.bool).tril(1), "one step into the future"),
+    (lambda n: torch.ones(n, n).tril(), "the dtype is not"),
+    (lambda n: torch.tensor([[i >= j for j in range(n)] for i in range(n)]), None),
+])
+def test_causal_mask_mistakes(attempt, expected):
+    verdict = check_causal_mask(attempt)
+    if expected is None:
+        assert verdict.ok, verdict.message
+    else:
+        assert not verdict and expected in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize("attempt, expected", [
+    (lambda s, d, w: d**-0.5 * min(s**-0.5, s * w**-1.5), None),
+    (lambda s, d, w: min(s**-0.5, s * w**-1.5), "d_model^-0.5 is missing"),
+    (lambda s, d, w: d**-0.5 * max(s**-0.5, s * w**-1.5), "max where"),
+    (lambda s, d, w: d**-0.5 * min(s**-0.5, s / w), "warmup^-1.5"),
+    (lambda s, d, w: d**-0.5 * min((s + 1) ** -0.5, (s + 1) * w**-1.5), "off by one"),
+])
+def test_noam_lr_mistakes(attempt, expected):
+    verdict = check_noam_lr(attempt)
+    if expected is None:
+        assert verdict.ok, verdict.message
+    else:
+        assert not verdict and expected in verdict.message, verdict.message
