@@ -67,11 +67,38 @@ def test_the_messages_are_all_different():
 
 def test_an_unknown_error_and_a_crash_are_reported():
     wrong_values = check_attention(lambda q, k, v, mask=None: _attention()(q, k, v, mask) * 1.1)
-    assert not wrong_values and "differs from aiayn.scaled_dot_product_attention by up to" in str(wrong_values)
+    assert not wrong_values and "differs from aiayn.scaled_dot_product_attention; the largest gap" \
+        in str(wrong_values) and "(10.0% of the expected" in str(wrong_values)
     crash = check_attention(lambda q, k, v, mask=None: q @ k)  # k not transposed
     assert not crash and "raised RuntimeError" in crash.message
     transposed = check_attention(lambda q, k, v, mask=None: (_attention()(q, k, v, mask)).transpose(-2, -1))
     assert not transposed and "has shape" in transposed.message
+
+
+def test_an_attempt_that_changes_its_inputs_is_judged_on_what_it_returns():
+    def in_place(q, k, v, mask=None):
+        q /= math.sqrt(q.shape[-1])  # changes the caller's tensor: allowed, if the result is right
+        scores = q @ k.transpose(-2, -1)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            weights = torch.where(mask.any(-1, keepdim=True), weights, 0.0)
+        return [weights @ v, weights]  # a list works as well as a tuple
+    assert check_attention(in_place).ok, check_attention(in_place).message
+
+
+def test_a_wrong_schedule_names_the_step_and_the_relative_gap():
+    from aiayn.learning.training import noam_lr
+
+    verdict = check_noam_lr(lambda s, d, w: 1.1 * noam_lr(s, d, w))
+    assert not verdict and "at step " in verdict.message and "(10.0% of the expected" in verdict.message
+
+
+def test_an_assert_on_a_verdict_can_carry_its_sentence():
+    verdict = check_causal_mask(lambda n: torch.ones(n, n, dtype=torch.bool).triu())
+    with pytest.raises(AssertionError, match="the transpose of yours"):
+        assert verdict, verdict
 
 
 def _split(kind):

@@ -205,6 +205,40 @@ def test_train_probe_learns_and_leaves_unseen_rows_alone(one_thread):
     assert by_pos[1:8].mean() > 0.6
 
 
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_probe_takes_other_positions(positional):
+    torch.manual_seed(0)
+    model = PositionProbe(5, positional, d_model=16, n_heads=2, d_ff=32, max_len=10).eval()
+    tokens = torch.tensor([[1, 2, 3, 4]])
+    # The default positions, given explicitly, change nothing.
+    torch.testing.assert_close(model(tokens, torch.arange(4)), model(tokens))
+    # Positions 6..9: each token gets that row of the table.
+    table = model.position.pe if positional == "sinusoidal" else model.position.table
+    torch.testing.assert_close(model._rows(torch.arange(6, 10), 4), table[6:10])
+    assert (model(tokens, torch.arange(6, 10)) - model(tokens)).abs().max() > 1e-3
+    clamped = torch.arange(4).clamp(max=2)  # the last position reuses row 2
+    torch.testing.assert_close(model._rows(clamped, 4)[3], table[2])
+    with pytest.raises(ValueError, match=r"positions must be a \(4,\) int tensor"):
+        model(tokens, torch.arange(3))
+    with pytest.raises(ValueError, match=r"positions must lie in \[0, max_len=10\), got 8 to 11"):
+        model(tokens, torch.arange(8, 12))
+
+
+def test_train_probe_with_random_starts_trains_the_later_rows(one_thread):
+    torch.manual_seed(0)
+    model = PositionProbe(6, "learned", d_model=16, n_heads=2, d_ff=32, max_len=16)
+    before = model.position.table.detach().clone()
+    losses = train_probe(model, train_len=6, n_steps=60, batch_size=16, min_len=4, lr=1e-2,
+                         max_start=10)
+    assert len(losses) == 60
+    table = model.position.table.detach()
+    assert not torch.equal(table[10:16], before[10:16])  # reached only by shifted sequences
+    acc = accuracy_by_position(model, 6, n_sequences=32, positions=torch.arange(10, 16))
+    assert acc.shape == (6,)
+    with pytest.raises(ValueError, match="need 0 <= max_start <= max_len - train_len = 10"):
+        train_probe(model, train_len=6, n_steps=1, max_start=11)
+
+
 def test_train_probe_checks_lengths():
     model = PositionProbe(5, "sinusoidal", d_model=8, n_heads=2, d_ff=8, max_len=10)
     with pytest.raises(ValueError, match="need offset < min_len <= train_len <= max_len=10"):

@@ -5,11 +5,15 @@ included), compares it with the package, and returns a :class:`Verdict`: ``ok`` 
 sentence. When the attempt is wrong, the sentence names the first known mistake whose
 output the attempt reproduces (softmax over the wrong axis, a missing scale, a mask off by
 one, ...), or else says where and by how much the outputs differ. A notebook shows the
-sentence; ``assert check_attention(my_attention)`` fails with it.
+sentence; ``verdict = check_attention(my_attention); assert verdict, verdict`` stops with it
+(a bare ``assert check_attention(...)`` stops too, but Python then shows no message).
+Every call gets its own copy of the inputs, so an attempt that changes them in place cannot
+spoil the comparison.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,20 +61,24 @@ def _same(a, b) -> bool:
 
 
 def _compare(name: str, cases: dict, attempt: Callable, reference: Callable,
-             mistakes: Mistakes, what: str) -> Verdict:
-    """Run every case; on the first disagreement, name the mistake the attempt reproduces."""
+             mistakes: Mistakes, what: str, where: Callable | None = None) -> Verdict:
+    """Run every case; on the first disagreement, name the mistake the attempt reproduces.
+
+    ``where(index)`` names an entry of the result in the message (default: its index)."""
     for case, args in cases.items():
         try:
-            got = attempt(*args)
+            got = attempt(*copy.deepcopy(args))  # a copy: the attempt may change its inputs
+            if isinstance(got, (tuple, list)):  # (output, weights): the output
+                got = got[0]
+            got = torch.as_tensor(got)
         except Exception as error:  # the reader's code: any failure is the answer
             return Verdict(False, f"{name} raised {type(error).__name__} on the case "
                                   f"'{case}': {error}")
-        expected = reference(*args)
-        got = torch.as_tensor(got) if not isinstance(got, torch.Tensor) else got
+        expected = reference(*copy.deepcopy(args))
         if _same(got, expected):
             continue
         for mistake, message in mistakes:
-            if _same(got, mistake(*args)):
+            if _same(got, mistake(*copy.deepcopy(args))):
                 return Verdict(False, f"On the case '{case}': {message}")
         if got.shape != expected.shape:
             return Verdict(False, f"On the case '{case}': the result has shape "
@@ -79,12 +87,15 @@ def _compare(name: str, cases: dict, attempt: Callable, reference: Callable,
             return Verdict(False, f"On the case '{case}': the result has dtype {got.dtype}, "
                                   f"expected {expected.dtype} with these entries:\n{expected}.")
         gap = (got.double() - expected.double()).abs().nan_to_num(float("inf"))
-        where = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
+        index = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
+        at = where(index) if where else f"index {index}"
         if not torch.isfinite(gap).all():
             return Verdict(False, f"On the case '{case}': the result is NaN or infinite at "
-                                  f"index {where}, where {what} gives {expected[where]:.4g}.")
-        return Verdict(False, f"On the case '{case}': differs from {what} by up to "
-                              f"{gap.max().item():.3g}, first at index {where}.")
+                                  f"{at}, where {what} gives {expected[index]:.4g}.")
+        relative = gap[index].item() / max(abs(expected[index].item()), 1e-300)
+        return Verdict(False, f"On the case '{case}': differs from {what}; the largest gap, "
+                              f"at {at}, is {gap[index].item():.3g} ({relative:.1%} of the "
+                              f"expected {expected[index].item():.4g}).")
     return Verdict(True, f"Correct: agrees with {what} on all {len(cases)} cases.")
 
 
@@ -127,10 +138,6 @@ def check_attention(attention: Callable) -> Verdict:
     attempt returns the output, ``(..., T, d_v)``, or ``(output, weights)``. A query with no
     visible key must get zeros, as in the package.
     """
-    def output_of(q, k, v, mask):
-        got = attention(q, k, v, mask)
-        return got[0] if isinstance(got, tuple) else got
-
     def rooted(q):
         return 1 / math.sqrt(q.shape[-1])
 
@@ -155,7 +162,7 @@ def check_attention(attention: Callable) -> Verdict:
          "a query whose keys are all masked gets uniform weights over the keys it must "
          "ignore (a large negative fill, not -inf): give it zeros."),
     ]
-    return _compare("attention", _attention_cases(), output_of,
+    return _compare("attention", _attention_cases(), attention,
                     lambda q, k, v, m: scaled_dot_product_attention(q, k, v, m)[0],
                     mistakes, "aiayn.scaled_dot_product_attention")
 
@@ -283,4 +290,4 @@ def check_noam_lr(schedule: Callable) -> Verdict:
     ]
     return _compare("schedule", cases, curve(schedule),
                     curve(lambda s, d, w: noam_lr(s, d, w)), mistakes,
-                    "aiayn's noam_lr (Eq. 3) at steps " + ", ".join(map(str, points)))
+                    "aiayn's noam_lr (Eq. 3)", where=lambda index: f"step {points[index[0]]}")

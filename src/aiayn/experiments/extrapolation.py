@@ -31,6 +31,8 @@ class PositionProbe(nn.Module):
     table of ``max_len`` rows (:class:`~aiayn.positional.LearnedPositionalEncoding`).
     Everything else is identical, so any gap between the two is the position signal's.
     No causal mask: each position sees the whole sequence, as in the paper's encoder.
+    ``forward(tokens, positions)`` can give the tokens other positions than ``0..T-1``
+    (chapter 5's exercises: clamped positions, a random start).
     """
 
     def __init__(
@@ -57,13 +59,32 @@ class PositionProbe(nn.Module):
         )
         self.head = nn.Linear(d_model, vocab_size)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``tokens`` ``(B, T)`` int -> logits ``(B, T, vocab_size)``."""
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``tokens`` ``(B, T)`` int -> logits ``(B, T, vocab_size)``.
+
+        ``positions`` ``(T,)`` int, each in ``[0, max_len)``: the position each token is given
+        (default ``0, 1, ..., T - 1``, which is what the position module adds itself)."""
         check_tokens("tokens", tokens, self.vocab_size, self.max_len)
-        x = self.position(self.embed(tokens))  # (B, T, d_model)
+        if positions is None:
+            x = self.position(self.embed(tokens))  # (B, T, d_model)
+        else:
+            x = self.embed(tokens) + self._rows(positions, tokens.shape[1])  # (T, D) broadcasts
         for layer in self.layers:
             x = layer(x)
         return self.head(x)
+
+
+    def _rows(self, positions: torch.Tensor, length: int) -> torch.Tensor:
+        """The position vectors of ``positions``: ``(T,)`` int -> ``(T, d_model)``."""
+        if (not isinstance(positions, torch.Tensor) or positions.shape != (length,)
+                or positions.dtype.is_floating_point or positions.dtype == torch.bool):
+            raise ValueError(f"positions must be a ({length},) int tensor, one per token, got "
+                             f"{getattr(positions, 'shape', type(positions).__name__)}")
+        if positions.min() < 0 or positions.max() >= self.max_len:
+            raise ValueError(f"positions must lie in [0, max_len={self.max_len}), got "
+                             f"{int(positions.min())} to {int(positions.max())}")
+        table = self.position.pe if self.positional == "sinusoidal" else self.position.table
+        return table[positions.to(table.device)]
 
 
 def _loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -80,42 +101,74 @@ def train_probe(
     offset: int = 1,
     lr: float = 3e-3,
     seed: int = 0,
+    max_start: int = 0,
 ) -> list[float]:
     """Train on :func:`~aiayn.learning.data.previous_token_task` with lengths drawn from
     ``[min_len, train_len]``, a new length each step; returns the loss of each step.
 
-    Positions ``>= train_len`` never occur, so a learned table's rows there get no
-    gradient (Adam leaves a parameter with zero gradient where it is).
+    With ``max_start = 0`` positions ``>= train_len`` never occur, so a learned table's rows
+    there get no gradient (Adam leaves a parameter with zero gradient where it is). With
+    ``max_start > 0`` each step's sequences start at a position drawn from ``[0, max_start]``
+    (positions ``s, s + 1, ...``), so rows up to ``max_start + train_len - 1`` are trained.
     """
     if not isinstance(train_len, int) or not offset < min_len <= train_len <= model.max_len:
         raise ValueError(
             f"need offset < min_len <= train_len <= max_len={model.max_len}, got "
             f"offset={offset}, min_len={min_len}, train_len={train_len}"
         )
+    if not isinstance(max_start, int) or not 0 <= max_start <= model.max_len - train_len:
+        raise ValueError(f"need 0 <= max_start <= max_len - train_len = "
+                         f"{model.max_len - train_len}, got max_start={max_start!r}")
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)
+    if max_start == 0:
+        def make_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+            length = int(torch.randint(min_len, train_len + 1, (1,), generator=gen))
+            return previous_token_task(batch_size, length, model.vocab_size, offset, gen, device)
 
-    def make_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return fit(model, make_batch, _loss, n_steps, lr=lr)
+    return fit(_Shifted(model), _shifted_batches(model, train_len, min_len, batch_size, offset,
+                                                 max_start, gen, device), _loss, n_steps, lr=lr)
+
+
+class _Shifted(nn.Module):
+    """The probe called on ``(tokens, positions)`` pairs, for :func:`fit`'s ``model(inputs)``."""
+
+    def __init__(self, probe: PositionProbe):
+        super().__init__()
+        self.probe = probe
+
+    def forward(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return self.probe(*batch)
+
+
+def _shifted_batches(model, train_len, min_len, batch_size, offset, max_start, gen, device):
+    def make_batch(step: int):
         length = int(torch.randint(min_len, train_len + 1, (1,), generator=gen))
-        return previous_token_task(batch_size, length, model.vocab_size, offset, gen, device)
+        start = int(torch.randint(0, max_start + 1, (1,), generator=gen))
+        inputs, targets = previous_token_task(batch_size, length, model.vocab_size, offset, gen,
+                                              device)
+        return (inputs, torch.arange(start, start + length, device=device)), targets
 
-    return fit(model, make_batch, _loss, n_steps, lr=lr)
+    return make_batch
 
 
 @torch.no_grad()
 def accuracy_by_position(
-    model: PositionProbe, length: int, n_sequences: int = 256, offset: int = 1, seed: int = 1
+    model: PositionProbe, length: int, n_sequences: int = 256, offset: int = 1, seed: int = 1,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Fraction of ``n_sequences`` fresh sequences of ``length`` tokens where the model's
     top prediction is right, at each position: ``(length,)``, NaN for the first
-    ``offset`` positions (nothing to predict there)."""
+    ``offset`` positions (nothing to predict there). ``positions``: as in
+    :meth:`PositionProbe.forward`."""
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)
     inputs, targets = previous_token_task(
         n_sequences, length, model.vocab_size, offset, gen, device
     )
     model.eval()
-    correct = (model(inputs).argmax(-1) == targets).double().mean(0)  # (T,)
+    correct = (model(inputs, positions).argmax(-1) == targets).double().mean(0)  # (T,)
     correct[:offset] = float("nan")
     return correct.cpu()
 
