@@ -19,16 +19,21 @@ from aiayn.exercises.checks import (
 
 
 def _attention(scale="sqrt", dim=-1, fill=float("-inf"), invert=False, use_mask=True,
-               zeros_for_empty=True, return_weights=False):
+               zeros_for_empty=True, return_weights=False, open_empty=False):
     """A reader's attention, with one switch per mistake."""
     def attention(q, k, v, mask=None):
         d_k = q.shape[-1]
+        if open_empty and mask is not None:  # no NaN: a row with no key sees them all
+            mask = mask | ~mask.any(-1, keepdim=True)
+            zeros = False
+        else:
+            zeros = zeros_for_empty
         divisor = {"sqrt": math.sqrt(d_k), "none": 1.0, "d_k": d_k}[scale]
         scores = q @ k.transpose(-2, -1) / divisor
         if mask is not None and use_mask:
             scores = scores.masked_fill(mask if invert else ~mask, fill)
         weights = torch.softmax(scores, dim=dim)
-        if mask is not None and zeros_for_empty:
+        if mask is not None and zeros:
             weights = torch.where(mask.any(-1, keepdim=True), weights, 0.0)
         out = weights @ v
         return (out, weights) if return_weights else out
@@ -43,6 +48,7 @@ ATTENTION_MISTAKES = {
     "mask inverted": (_attention(invert=True), "True in the mask means"),
     "NaN rows": (_attention(zeros_for_empty=False), "gets NaN"),
     "-1e9 fill": (_attention(fill=-1e9, zeros_for_empty=False), "uniform weights"),
+    "empty rows opened": (_attention(open_empty=True), "attends to every key"),
 }
 
 
@@ -65,12 +71,16 @@ def test_the_messages_are_all_different():
     assert len(messages) == len(ATTENTION_MISTAKES)
 
 
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")
 def test_an_unknown_error_and_a_crash_are_reported():
     wrong_values = check_attention(lambda q, k, v, mask=None: _attention()(q, k, v, mask) * 1.1)
-    assert not wrong_values and "differs from aiayn.scaled_dot_product_attention; the largest gap" \
-        in str(wrong_values) and "(10.0% of the expected" in str(wrong_values)
+    assert not wrong_values and "differs from aiayn.scaled_dot_product_attention: at index" \
+        in str(wrong_values) and "yours gives" in str(wrong_values)
     crash = check_attention(lambda q, k, v, mask=None: q @ k)  # k not transposed
     assert not crash and "raised RuntimeError" in crash.message
+    two_d_only = check_attention(lambda q, k, v, mask=None: torch.softmax(
+        q @ k.T / math.sqrt(q.shape[-1]), dim=-1) @ v)  # works for (T, d_k) only
+    assert not two_d_only and "k.transpose(-2, -1), not k.T" in two_d_only.message
     transposed = check_attention(lambda q, k, v, mask=None: (_attention()(q, k, v, mask)).transpose(-2, -1))
     assert not transposed and "has shape" in transposed.message
 
@@ -88,11 +98,17 @@ def test_an_attempt_that_changes_its_inputs_is_judged_on_what_it_returns():
     assert check_attention(in_place).ok, check_attention(in_place).message
 
 
+def test_a_near_miss_names_an_entry_outside_the_tolerance():
+    in_float32 = check_attention(lambda q, k, v, mask=None: _attention()(
+        q.float(), k.float(), v.float(), mask).double())
+    assert not in_float32 and "yours gives" in in_float32.message and "%" not in in_float32.message
+
+
 def test_a_wrong_schedule_names_the_step_and_the_relative_gap():
     from aiayn.learning.training import noam_lr
 
     verdict = check_noam_lr(lambda s, d, w: 1.1 * noam_lr(s, d, w))
-    assert not verdict and "at step " in verdict.message and "(10.0% of the expected" in verdict.message
+    assert not verdict and "at step " in verdict.message and "yours gives" in verdict.message
 
 
 def test_an_assert_on_a_verdict_can_carry_its_sentence():

@@ -72,8 +72,11 @@ def _compare(name: str, cases: dict, attempt: Callable, reference: Callable,
                 got = got[0]
             got = torch.as_tensor(got)
         except Exception as error:  # the reader's code: any failure is the answer
+            batched = any(isinstance(a, torch.Tensor) and a.dim() > 2 for a in args)
+            hint = (" (this case has leading batch and head dimensions: transpose the last two "
+                    "axes, k.transpose(-2, -1), not k.T)" if batched else "")
             return Verdict(False, f"{name} raised {type(error).__name__} on the case "
-                                  f"'{case}': {error}")
+                                  f"'{case}': {error}{hint}")
         expected = reference(*copy.deepcopy(args))
         if _same(got, expected):
             continue
@@ -86,16 +89,18 @@ def _compare(name: str, cases: dict, attempt: Callable, reference: Callable,
         if got.dtype == torch.bool or expected.dtype == torch.bool:
             return Verdict(False, f"On the case '{case}': the result has dtype {got.dtype}, "
                                   f"expected {expected.dtype} with these entries:\n{expected}.")
-        gap = (got.double() - expected.double()).abs().nan_to_num(float("inf"))
-        index = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
+        got, expected = got.double(), expected.double()
+        # The entry furthest outside the tolerance of _same (rtol 1e-6, atol 1e-8).
+        excess = ((got - expected).abs() / (1e-8 + 1e-6 * expected.abs())).nan_to_num(float("inf"))
+        index = tuple(int(i) for i in torch.unravel_index(excess.argmax(), excess.shape))
         at = where(index) if where else f"index {index}"
-        if not torch.isfinite(gap).all():
+        if not torch.isfinite(got[index]):
             return Verdict(False, f"On the case '{case}': the result is NaN or infinite at "
                                   f"{at}, where {what} gives {expected[index]:.4g}.")
-        relative = gap[index].item() / max(abs(expected[index].item()), 1e-300)
-        return Verdict(False, f"On the case '{case}': differs from {what}; the largest gap, "
-                              f"at {at}, is {gap[index].item():.3g} ({relative:.1%} of the "
-                              f"expected {expected[index].item():.4g}).")
+        mine, theirs = got[index].item(), expected[index].item()
+        return Verdict(False, f"On the case '{case}': differs from {what}: at {at} yours gives "
+                              f"{mine:.9g} where it gives {theirs:.9g} (a difference of "
+                              f"{abs(mine - theirs):.2g}).")
     return Verdict(True, f"Correct: agrees with {what} on all {len(cases)} cases.")
 
 
@@ -120,8 +125,11 @@ def _attention_cases() -> dict:
     }
 
 
-def _softmax_attention(q, k, v, mask, scale, dim=-1, fill=float("-inf"), keep_empty=False):
+def _softmax_attention(q, k, v, mask, scale, dim=-1, fill=float("-inf"), keep_empty=False,
+                       open_empty=False):
     scores = q @ k.transpose(-2, -1) * scale  # (..., T, S)
+    if mask is not None and open_empty:  # a row with no visible key may see every key
+        mask = mask | ~mask.any(-1, keepdim=True)
     if mask is not None:
         scores = scores.masked_fill(~mask, fill)
     weights = torch.softmax(scores, dim=dim)
@@ -157,6 +165,10 @@ def check_attention(attention: Callable) -> Verdict:
            "the scores where the mask is False.") for empty in (False, True)],
         (lambda q, k, v, m: _softmax_attention(q, k, v, m, rooted(q), keep_empty=True),
          "a query whose keys are all masked gets NaN: give it zeros, as aiayn does."),
+        (lambda q, k, v, m: _softmax_attention(q, k, v, m, rooted(q), open_empty=True,
+                                               keep_empty=True),
+         "a query whose keys are all masked attends to every key: give it zeros (unmask "
+         "its row to avoid NaN if you like, but zero its output afterwards)."),
         (lambda q, k, v, m: _softmax_attention(q, k, v, m, rooted(q), fill=-1e9,
                                                keep_empty=True),
          "a query whose keys are all masked gets uniform weights over the keys it must "
