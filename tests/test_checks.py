@@ -98,10 +98,22 @@ def test_an_attempt_that_changes_its_inputs_is_judged_on_what_it_returns():
     assert check_attention(in_place).ok, check_attention(in_place).message
 
 
+def test_a_correct_float32_attempt_passes_and_lists_are_read():
+    def encoding32(n_positions, d_model):  # PyTorch's default dtype
+        pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
+        angles = pos / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+        table = torch.zeros(n_positions, d_model)
+        table[:, 0::2], table[:, 1::2] = torch.sin(angles), torch.cos(angles)
+        return table
+    assert check_positional_encoding(encoding32).ok, check_positional_encoding(encoding32).message
+    as_lists = check_causal_mask(lambda n: [[j <= i for j in range(n)] for i in range(n)])
+    assert as_lists.ok, as_lists.message
+
+
 def test_a_near_miss_names_an_entry_outside_the_tolerance():
-    in_float32 = check_attention(lambda q, k, v, mask=None: _attention()(
-        q.float(), k.float(), v.float(), mask).double())
-    assert not in_float32 and "yours gives" in in_float32.message and "%" not in in_float32.message
+    in_float16 = check_attention(lambda q, k, v, mask=None: _attention()(
+        q.float(), k.float(), v.float(), mask).half().double())  # float16's precision, as float64
+    assert not in_float16 and "yours gives" in in_float16.message and "%" not in in_float16.message
 
 
 def test_a_wrong_schedule_names_the_step_and_the_relative_gap():
@@ -115,6 +127,11 @@ def test_an_assert_on_a_verdict_can_carry_its_sentence():
     verdict = check_causal_mask(lambda n: torch.ones(n, n, dtype=torch.bool).triu())
     with pytest.raises(AssertionError, match="the transpose of yours"):
         assert verdict, verdict
+
+
+def test_unstacked_pieces_are_named():
+    verdict = check_split_heads(lambda x, h: x.chunk(h, dim=-1))
+    assert not verdict and "not one tensor: stack them" in verdict.message
 
 
 def _split(kind):
@@ -135,6 +152,7 @@ def _split(kind):
     ("no transpose first", "block of positions"), ("strided", "every n_heads-th feature"),
     ("forgot", "swap the axes 1 and 2")])
 def test_split_heads_mistakes(kind, expected):
+    """(also: pieces that are not stacked get their own message)"""
     assert check_split_heads(_split("right")).ok
     verdict = check_split_heads(_split(kind))
     assert not verdict and expected in verdict.message, verdict.message
@@ -146,7 +164,7 @@ def _encoding(kind):
         start = 1 if kind == "from 1" else 0
         for pos in range(n_positions):
             for i in range(d_model // 2):
-                two_i = {"i": i, "4i": 4 * i}.get(kind, 2 * i)
+                two_i = {"i": i, "4i": 4 * i, "pair index": i}.get(kind, 2 * i)
                 angle = (pos + start) / 10000 ** (two_i / d_model)
                 sin, cos = math.sin(angle), math.cos(angle)
                 if kind == "swapped":
@@ -165,6 +183,7 @@ def _encoding(kind):
 @pytest.mark.parametrize("kind, expected", [
     ("swapped", "swapped"), ("halves", "all the sines come first"),
     ("column index", "must share the frequency"), ("4i", "twice as fast"),
+    ("pair index", "fall too slowly"),
     ("from 1", "positions start at 0")])
 def test_positional_encoding_mistakes(kind, expected):
     assert check_positional_encoding(_encoding("right")).ok

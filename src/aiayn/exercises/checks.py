@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention import scaled_dot_product_attention
+from ..attention import MultiHeadAttention, scaled_dot_product_attention
 from ..learning.training import noam_lr
 from ..masks import causal_mask
 from ..positional import sinusoidal_encoding
@@ -50,14 +50,22 @@ class Verdict:
         printer.text(self.message)
 
 
+def _tolerance(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    """(rtol, atol): float64 round-off, or that of the coarser float dtype of the two (an
+    attempt in PyTorch's default float32 is right if it is right to float32's precision)."""
+    eps = max((torch.finfo(t.dtype).eps for t in (a, b) if t.is_floating_point()), default=0.0)
+    return max(1e-6, 100 * eps), max(1e-8, 100 * eps)
+
+
 def _same(a, b) -> bool:
-    """Equal shapes and values, NaN where the other has NaN."""
+    """Equal shapes and values (to the precision of the coarser dtype), NaN where the other has NaN."""
     a, b = torch.as_tensor(a), torch.as_tensor(b)
     if a.shape != b.shape:
         return False
     if a.dtype == torch.bool or b.dtype == torch.bool:
         return a.dtype == b.dtype and bool(torch.equal(a, b))
-    return bool(torch.allclose(a.double(), b.double(), rtol=1e-6, atol=1e-8, equal_nan=True))
+    rtol, atol = _tolerance(a, b)
+    return bool(torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=True))
 
 
 def _compare(name: str, cases: dict, attempt: Callable, reference: Callable,
@@ -67,16 +75,20 @@ def _compare(name: str, cases: dict, attempt: Callable, reference: Callable,
     ``where(index)`` names an entry of the result in the message (default: its index)."""
     for case, args in cases.items():
         try:
-            got = attempt(*copy.deepcopy(args))  # a copy: the attempt may change its inputs
-            if isinstance(got, (tuple, list)):  # (output, weights): the output
-                got = got[0]
-            got = torch.as_tensor(got)
+            result = attempt(*copy.deepcopy(args))  # a copy: the attempt may change its inputs
         except Exception as error:  # the reader's code: any failure is the answer
             batched = any(isinstance(a, torch.Tensor) and a.dim() > 2 for a in args)
+            shapes = any(word in str(error) for word in ("must match the size", "cannot be multiplied"))
             hint = (" (this case has leading batch and head dimensions: transpose the last two "
-                    "axes, k.transpose(-2, -1), not k.T)" if batched else "")
+                    "axes, k.transpose(-2, -1), not k.T)" if batched and shapes else "")
             return Verdict(False, f"{name} raised {type(error).__name__} on the case "
                                   f"'{case}': {error}{hint}")
+        pieces = isinstance(result, (tuple, list)) and any(isinstance(r, torch.Tensor) for r in result)
+        if pieces:
+            return Verdict(False, f"On the case '{case}': the result is a {type(result).__name__} "
+                                  f"of {len(result)} tensors, not one tensor: stack them "
+                                  f"(torch.stack) along the axis they should form.")
+        got = torch.as_tensor(result)
         expected = reference(*copy.deepcopy(args))
         if _same(got, expected):
             continue
@@ -89,9 +101,10 @@ def _compare(name: str, cases: dict, attempt: Callable, reference: Callable,
         if got.dtype == torch.bool or expected.dtype == torch.bool:
             return Verdict(False, f"On the case '{case}': the result has dtype {got.dtype}, "
                                   f"expected {expected.dtype} with these entries:\n{expected}.")
+        rtol, atol = _tolerance(got, expected)
         got, expected = got.double(), expected.double()
-        # The entry furthest outside the tolerance of _same (rtol 1e-6, atol 1e-8).
-        excess = ((got - expected).abs() / (1e-8 + 1e-6 * expected.abs())).nan_to_num(float("inf"))
+        # The entry furthest outside the tolerance of _same.
+        excess = ((got - expected).abs() / (atol + rtol * expected.abs())).nan_to_num(float("inf"))
         index = tuple(int(i) for i in torch.unravel_index(excess.argmax(), excess.shape))
         at = where(index) if where else f"index {index}"
         if not torch.isfinite(got[index]):
@@ -174,7 +187,11 @@ def check_attention(attention: Callable) -> Verdict:
          "a query whose keys are all masked gets uniform weights over the keys it must "
          "ignore (a large negative fill, not -inf): give it zeros."),
     ]
-    return _compare("attention", _attention_cases(), attention,
+    def output_of(q, k, v, mask):
+        got = attention(q, k, v, mask)
+        return got[0] if isinstance(got, (tuple, list)) else got  # (output, weights): the output
+
+    return _compare("attention", _attention_cases(), output_of,
                     lambda q, k, v, m: scaled_dot_product_attention(q, k, v, m)[0],
                     mistakes, "aiayn.scaled_dot_product_attention")
 
@@ -184,8 +201,9 @@ def check_attention(attention: Callable) -> Verdict:
 def check_split_heads(split_heads: Callable) -> Verdict:
     """Check ``split_heads(x, n_heads)``: ``(B, T, d_model) -> (B, n_heads, T, d_k)``.
 
-    Head ``h`` owns the contiguous features ``h * d_k`` to ``(h + 1) * d_k``, as in
-    :class:`~aiayn.attention.MultiHeadAttention` (``d_k = d_model / n_heads``)."""
+    Head ``h`` owns the contiguous features ``h * d_k`` to ``(h + 1) * d_k - 1``, as in
+    :class:`~aiayn.attention.MultiHeadAttention`, whose own split is the reference
+    (``d_k = d_model / n_heads``)."""
     g = torch.Generator().manual_seed(0)
     cases = {
         f"B={b}, T={t}, d_model={d}, n_heads={h}": (torch.randn(b, t, d, generator=g), h)
@@ -193,16 +211,15 @@ def check_split_heads(split_heads: Callable) -> Verdict:
     }
 
     def correct(x, h):
-        b, t, d = x.shape
-        return x.view(b, t, h, d // h).transpose(1, 2)  # (B, T, D) -> (B, H, T, d_k)
+        return MultiHeadAttention(x.shape[-1], h)._split_heads(x)  # the module's own split
 
     mistakes = [
         (lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1),
          "each head gets a block of positions, not of features: reshape to "
          "(B, T, n_heads, d_k) first, then swap the axes T and n_heads."),
         (lambda x, h: x.reshape(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),
-         "each head gets every n_heads-th feature: head h owns the contiguous slice "
-         "h*d_k to (h+1)*d_k, so reshape to (B, T, n_heads, d_k)."),
+         "each head gets every n_heads-th feature: head h owns the contiguous features "
+         "h*d_k to (h+1)*d_k - 1, so reshape to (B, T, n_heads, d_k)."),
         (lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1),
          "the result is (B, T, n_heads, d_k): swap the axes 1 and 2 to get (B, n_heads, T, d_k)."),
     ]
@@ -242,6 +259,9 @@ def check_positional_encoding(encoding: Callable) -> Verdict:
         (lambda n, d: _encoding(n, d, exponent=lambda c: c),
          "column j uses 10000^(j/d_model): the cosine column 2i+1 must share the frequency of "
          "the sine column 2i, 10000^(2i/d_model)."),
+        (lambda n, d: _encoding(n, d, exponent=lambda c: (c - c % 2) / 2),
+         "the exponent is 2i/d_model, with i the pair's index (2i the sine column's own index); "
+         "yours uses i/d_model, so the frequencies fall too slowly."),
         (lambda n, d: _encoding(n, d, exponent=lambda c: 2 * (c - c % 2)),
          "the frequencies fall twice as fast as they should: with i the pair's index, the "
          "exponent is 2i/d_model, and 2i is the sine column's own index."),
