@@ -129,6 +129,21 @@ def test_an_assert_on_a_verdict_can_carry_its_sentence():
         assert verdict, verdict
 
 
+def test_half_precision_is_refused_and_wrong_masks_are_shown():
+    half = check_positional_encoding(lambda n, d: torch.zeros(n, d, dtype=torch.bfloat16))
+    assert not half and "round-off would hide real mistakes" in half.message
+    all_true = check_causal_mask(lambda n: torch.ones(n, n, dtype=torch.bool))
+    assert not all_true and "the entries differ from aiayn.causal_mask" in all_true.message
+
+
+def test_the_split_check_draws_no_random_numbers():
+    torch.manual_seed(0)
+    expected = torch.rand(1)
+    torch.manual_seed(0)
+    check_split_heads(_split("right"))  # its inputs come from its own generator
+    assert torch.equal(torch.rand(1), expected)
+
+
 def test_unstacked_pieces_are_named():
     verdict = check_split_heads(lambda x, h: x.chunk(h, dim=-1))
     assert not verdict and "not one tensor: stack them" in verdict.message
@@ -149,7 +164,7 @@ def _split(kind):
 
 
 @pytest.mark.parametrize("kind, expected", [
-    ("no transpose first", "block of positions"), ("strided", "every n_heads-th feature"),
+    ("no transpose first", "which mixes positions"), ("strided", "every n_heads-th feature"),
     ("forgot", "swap the axes 1 and 2")])
 def test_split_heads_mistakes(kind, expected):
     """(also: pieces that are not stacked get their own message)"""

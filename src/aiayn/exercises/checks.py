@@ -17,6 +17,7 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 
@@ -51,9 +52,11 @@ class Verdict:
 
 
 def _tolerance(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
-    """(rtol, atol): float64 round-off, or that of the coarser float dtype of the two (an
-    attempt in PyTorch's default float32 is right if it is right to float32's precision)."""
+    """(rtol, atol): float64 round-off, or float32's when either is float32 (an attempt in
+    PyTorch's default dtype is right if it is right to float32's precision). Half precision is
+    refused before this (:func:`_compare`): its round-off would hide real mistakes."""
     eps = max((torch.finfo(t.dtype).eps for t in (a, b) if t.is_floating_point()), default=0.0)
+    eps = min(eps, torch.finfo(torch.float32).eps)
     return max(1e-6, 100 * eps), max(1e-8, 100 * eps)
 
 
@@ -89,6 +92,10 @@ def _compare(name: str, cases: dict, attempt: Callable, reference: Callable,
                                   f"of {len(result)} tensors, not one tensor: stack them "
                                   f"(torch.stack) along the axis they should form.")
         got = torch.as_tensor(result)
+        if got.dtype in (torch.float16, torch.bfloat16):
+            return Verdict(False, f"On the case '{case}': the result is {got.dtype}, whose "
+                                  f"round-off would hide real mistakes: compute in float32 or "
+                                  f"float64 for this check.")
         expected = reference(*copy.deepcopy(args))
         if _same(got, expected):
             continue
@@ -98,9 +105,12 @@ def _compare(name: str, cases: dict, attempt: Callable, reference: Callable,
         if got.shape != expected.shape:
             return Verdict(False, f"On the case '{case}': the result has shape "
                                   f"{tuple(got.shape)}, expected {tuple(expected.shape)}.")
-        if got.dtype == torch.bool or expected.dtype == torch.bool:
+        if got.dtype != expected.dtype and torch.bool in (got.dtype, expected.dtype):
             return Verdict(False, f"On the case '{case}': the result has dtype {got.dtype}, "
                                   f"expected {expected.dtype} with these entries:\n{expected}.")
+        if got.dtype == torch.bool:
+            return Verdict(False, f"On the case '{case}': the entries differ from {what}, which "
+                                  f"gives\n{expected.int()}\nwhere yours gives\n{got.int()}.")
         rtol, atol = _tolerance(got, expected)
         got, expected = got.double(), expected.double()
         # The entry furthest outside the tolerance of _same.
@@ -210,13 +220,14 @@ def check_split_heads(split_heads: Callable) -> Verdict:
         for b, t, d, h in ((1, 3, 8, 2), (2, 5, 12, 3), (2, 4, 8, 8), (1, 2, 6, 1))
     }
 
-    def correct(x, h):
-        return MultiHeadAttention(x.shape[-1], h)._split_heads(x)  # the module's own split
+    def correct(x, h):  # the module's own split, without building a module (no random draws)
+        return MultiHeadAttention._split_heads(SimpleNamespace(n_heads=h, d_k=x.shape[-1] // h), x)
 
     mistakes = [
         (lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1),
-         "each head gets a block of positions, not of features: reshape to "
-         "(B, T, n_heads, d_k) first, then swap the axes T and n_heads."),
+         "each head gets a contiguous block of the flattened (T, d_model) array, which mixes "
+         "positions, not a block of features: reshape to (B, T, n_heads, d_k) first, then "
+         "swap the axes T and n_heads."),
         (lambda x, h: x.reshape(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),
          "each head gets every n_heads-th feature: head h owns the contiguous features "
          "h*d_k to (h+1)*d_k - 1, so reshape to (B, T, n_heads, d_k)."),
