@@ -230,7 +230,8 @@ def check_split_heads(split_heads: Callable) -> Verdict:
          "swap the axes T and n_heads."),
         (lambda x, h: x.reshape(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),
          "each head gets every n_heads-th feature: head h owns the contiguous features "
-         "h*d_k to (h+1)*d_k - 1, so reshape to (B, T, n_heads, d_k)."),
+         "h*d_k to (h+1)*d_k - 1, so reshape to (B, T, n_heads, d_k), then swap the axes T "
+         "and n_heads."),
         (lambda x, h: x.reshape(x.shape[0], x.shape[1], h, -1),
          "the result is (B, T, n_heads, d_k): swap the axes 1 and 2 to get (B, n_heads, T, d_k)."),
     ]
