@@ -252,6 +252,16 @@ def training_step_flops(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor,
     return int(counter.get_total_flops())
 
 
+def board_peak(name: str, dtype: str) -> float | None:
+    """The dense peak of ``PEAK_FLOPS`` for a GPU named ``name``, or None when the name is not
+    exactly one of its boards: a key must stand as a whole word ("L4" is not "L40S"), and the
+    PCIe and NVL versions of a board, slower than the SXM figures listed, get no peak."""
+    if re.search(r"\b(PCIe|NVL)\b", name, re.IGNORECASE):
+        return None
+    return next((v for k, v in PEAK_FLOPS[dtype].items()
+                 if re.search(rf"(?<!\w){re.escape(k)}(?!\w)", name)), None)
+
+
 def _mfu_note(flops: int, seconds: float, device: torch.device,
               autocast_dtype: torch.dtype | None) -> str:
     """Model FLOP utilisation: the step's counted FLOPs per second, over the GPU's dense peak for
@@ -260,7 +270,7 @@ def _mfu_note(flops: int, seconds: float, device: torch.device,
     if autocast_dtype not in (None, torch.bfloat16):
         return ""
     name = device_name(device)
-    peak = next((v for k, v in PEAK_FLOPS[dtype].items() if k in name), None)
+    peak = board_peak(name, dtype)
     if peak is None:
         return ""
     return f"; MFU {flops / seconds / peak:.1%} of the {dtype} peak"

@@ -11,7 +11,7 @@ ends on time with what it has:
 2. **benchmarks**: the CUDA rows of ``benchmarks/run.py``: aiayn against
    ``torch.nn.Transformer`` (a training step and an inference pass, float32 and bf16
    autocast, base-sized stacks with tokens/s and the model FLOP utilisation against the
-   GPU's published bf16 peak), fused against explicit attention (time and memory), and
+   GPU's published peak for the dtype the products ran in), fused against explicit attention (time and memory), and
    cached decoding; written as they finish, then to ``benchmarks/results/cuda.md``;
 3. **notebooks**: chapters 2, 4 and 7 executed on the GPU and compared with their
    committed (CPU) outputs the way strict nbval compares them (text outputs, after

@@ -117,3 +117,20 @@ def test_mfu_uses_the_peak_of_the_dtype_the_products_ran_in(bench, monkeypatch):
     monkeypatch.setattr(bench, "device_name", lambda device: "Tesla T4")
     assert bench._mfu_note(1e12, 1.0, cpu, torch.bfloat16) == ""  # no bf16 tensor cores
     assert bench._mfu_note(4.05e12, 1.0, cpu, None) == "; MFU 50.0% of the float32 peak"
+
+
+@pytest.mark.parametrize("name, dtype, peak", [
+    ("NVIDIA H100 80GB HBM3", "bfloat16", 989e12),
+    ("NVIDIA H200", "float32", 67e12),
+    ("NVIDIA A100-SXM4-40GB", "bfloat16", 312e12),
+    ("NVIDIA L4", "float32", 30.3e12),
+    ("Tesla T4", "float32", 8.1e12),
+    ("NVIDIA L40S", "bfloat16", None),  # not the L4
+    ("NVIDIA L40", "float32", None),
+    ("NVIDIA H100 PCIe", "bfloat16", None),  # slower than the SXM board listed
+    ("NVIDIA H100 NVL", "bfloat16", None),
+    ("NVIDIA H200 NVL", "float32", None),
+    ("Tesla T4", "bfloat16", None),  # no bf16 entry
+])
+def test_board_peak_matches_whole_board_names_only(bench, name, dtype, peak):
+    assert bench.board_peak(name, dtype) == peak
