@@ -206,6 +206,14 @@ def test_positional_encoding_mistakes(kind, expected):
     assert not verdict and expected in verdict.message, verdict.message
 
 
+def _judged(verdict: Verdict, expected: str | None) -> None:
+    """A correct attempt (``expected`` None) passes; a wrong one fails with ``expected`` in its message."""
+    if expected is None:
+        assert verdict.ok, verdict.message
+    else:
+        assert not verdict and expected in verdict.message, verdict.message
+
+
 @pytest.mark.parametrize("attempt, expected", [
     (lambda n: torch.ones(n, n, dtype=torch.bool).triu(), "the transpose of yours"),
     (lambda n: torch.ones(n, n).triu(1) == 1, "marks the blocked positions"),
@@ -215,11 +223,7 @@ def test_positional_encoding_mistakes(kind, expected):
     (lambda n: torch.tensor([[i >= j for j in range(n)] for i in range(n)]), None),
 ])
 def test_causal_mask_mistakes(attempt, expected):
-    verdict = check_causal_mask(attempt)
-    if expected is None:
-        assert verdict.ok, verdict.message
-    else:
-        assert not verdict and expected in verdict.message, verdict.message
+    _judged(check_causal_mask(attempt), expected)
 
 
 @pytest.mark.parametrize("attempt, expected", [
@@ -230,8 +234,4 @@ def test_causal_mask_mistakes(attempt, expected):
     (lambda s, d, w: d**-0.5 * min((s + 1) ** -0.5, (s + 1) * w**-1.5), "off by one"),
 ])
 def test_noam_lr_mistakes(attempt, expected):
-    verdict = check_noam_lr(attempt)
-    if expected is None:
-        assert verdict.ok, verdict.message
-    else:
-        assert not verdict and expected in verdict.message, verdict.message
+    _judged(check_noam_lr(attempt), expected)

@@ -197,16 +197,21 @@ def _is_punctuation(token: str) -> bool:
     return token not in _SPECIAL and all(ch in string.punctuation for ch in _piece(token))
 
 
-def _role_keys(tokens: list[list[str]], length: int) -> dict[str, torch.Tensor]:
+def _punctuation(tokens: list[list[str]], length: int) -> torch.Tensor:
+    """``(B, T)`` bool: the tokens made only of punctuation (padding is False)."""
+    punct = torch.zeros(len(tokens), length, dtype=torch.bool)
+    for b, sentence in enumerate(tokens):
+        punct[b, : len(sentence)] = torch.tensor([_is_punctuation(t) for t in sentence])
+    return punct
+
+
+def _role_keys(tokens: list[list[str]], punct: torch.Tensor) -> dict[str, torch.Tensor]:
     """For each role, a ``(B, T, T)`` bool: which keys of each query count for it."""
-    n = len(tokens)
+    n, length = punct.shape
     idx = torch.arange(length)
     query, key = idx[:, None], idx[None, :]  # (T, 1), (1, T)
     lengths = torch.tensor([len(t) for t in tokens])[:, None, None]  # (B, 1, 1)
     real_key = key[None] < lengths  # (B, 1, T)
-    punct = torch.zeros(n, 1, length, dtype=torch.bool)
-    for b, sentence in enumerate(tokens):
-        punct[b, 0, : len(sentence)] = torch.tensor([_is_punctuation(t) for t in sentence])
     full = (n, length, length)
     return {
         "previous": (key == query - 1).expand(full),
@@ -214,11 +219,11 @@ def _role_keys(tokens: list[list[str]], length: int) -> dict[str, torch.Tensor]:
         "self": (key == query).expand(full),
         "cls": (key == 0).expand(full),
         "sep": (key[None] == lengths - 1).expand(full),
-        "punctuation": punct.expand(full),
+        "punctuation": punct[:, None, :].expand(full),
     }
 
 
-def _role_queries(tokens: list[list[str]], real: torch.Tensor) -> dict[str, torch.Tensor]:
+def _role_queries(punct: torch.Tensor, real: torch.Tensor) -> dict[str, torch.Tensor]:
     """For each role, a ``(B, T)`` bool: the real queries whose share for it means something.
 
     A query that is itself the role's key would meet the role by default (``[CLS]`` on
@@ -227,9 +232,6 @@ def _role_queries(tokens: list[list[str]], real: torch.Tensor) -> dict[str, torc
     length = real.shape[1]
     position = torch.arange(length)[None, :]  # (1, T)
     last = real.sum(-1, keepdim=True) - 1  # (B, 1): the [SEP] position
-    punct = torch.zeros_like(real)
-    for b, sentence in enumerate(tokens):
-        punct[b, : len(sentence)] = torch.tensor([_is_punctuation(t) for t in sentence])
     return {
         "previous": real & (position > 0),
         "next": real & (position < last),
@@ -259,8 +261,9 @@ def head_roles(trace: SentenceTrace) -> HeadRoles:
     over sentences of each sentence's mean (0 for a single sentence)."""
     real = trace.mask  # (B, T)
     length = real.shape[1]
-    keys = _role_keys(trace.tokens, length)
-    queries = _role_queries(trace.tokens, real)
+    punct = _punctuation(trace.tokens, length)  # (B, T)
+    keys = _role_keys(trace.tokens, punct)
+    queries = _role_queries(punct, real)
     shares, spread, entropy, entropy_spread = {r: [] for r in ROLES}, {r: [] for r in ROLES}, [], []
     by_sentence = {r: [] for r in ROLES}
 
