@@ -219,6 +219,7 @@ def _judged(verdict: Verdict, expected: str | None) -> None:
     (lambda n: torch.ones(n, n).triu(1) == 1, "marks the blocked positions"),
     (lambda n: torch.ones(n, n, dtype=torch.bool).tril(-1), "diagonal is True"),
     (lambda n: torch.ones(n, n, dtype=torch.bool).tril(1), "one step into the future"),
+    (lambda n: torch.ones(n, n, dtype=torch.bool).tril().numpy(), "a NumPy array, not a torch.Tensor"),
     (lambda n: torch.ones(n, n).tril(), "the dtype is not"),
     (lambda n: torch.tensor([[i >= j for j in range(n)] for i in range(n)]), None),
 ])

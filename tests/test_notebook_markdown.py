@@ -102,6 +102,42 @@ def test_residue_check_accepts_the_commonmark_forms():
     assert myst_residue(clean) == []
 
 
+# ---------------------------------------------------------------- math delimiters
+
+CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
+DISPLAY_MATH = re.compile(r"\$\$.*?\$\$", re.S)
+INLINE_MATH = re.compile(r"\$([^$]*)\$")
+
+
+def math_problems(source: str) -> list[str]:
+    """Stray dollar signs: an odd count, or an inline "math" span that holds a glue comment
+    (two stray dollars turn the prose between them, numbers and all, into one formula)."""
+    text = DISPLAY_MATH.sub("", CODE.sub("", source).replace("\\$", ""))
+    found = [f"{text.count('$')} dollar signs (odd)"] if text.count("$") % 2 else []
+    found += [f"prose inside $...$: {m.group(0)[:60]!r}" for m in INLINE_MATH.finditer(text)
+              if "<!--" in m.group(1)]
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_dollar_signs_pair_into_formulas(path):
+    problems = [f"cell {i}: {r}" for i, source in _markdown(path) for r in math_problems(source)]
+    assert not problems, f"{path.name}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("planted", [
+    "capped below $ (at 0.96<!-- glue: cap:.2f --> here",
+    "from 0.1<!-- glue: t:g --> to $ and finds the lowest at 0.2<!-- glue: lo --> of a perfect $.",
+])
+def test_math_check_catches_stray_dollars(planted):
+    assert math_problems(planted)
+
+
+def test_math_check_accepts_formulas_code_and_escapes():
+    assert math_problems("a $x^2$ and $$\\sum_i x_i$$, `$HOME`, a price of \\$5, "
+                         "$\\rho =$ 0.9<!-- glue: rho:g -->") == []
+
+
 # ---------------------------------------------------------------- bound numbers
 
 

@@ -91,6 +91,10 @@ def _compare(name: str, cases: dict, attempt: Callable, reference: Callable,
             return Verdict(False, f"On the case '{case}': the result is a {type(result).__name__} "
                                   f"of {len(result)} tensors, not one tensor: stack them "
                                   f"(torch.stack) along the axis they should form.")
+        if type(result).__module__.split(".")[0] == "numpy" and getattr(result, "ndim", 0) > 0:
+            return Verdict(False, f"On the case '{case}': the result is a NumPy array, not a "
+                                  f"torch.Tensor: the package's functions take tensors (build it "
+                                  f"with torch, or wrap it with torch.from_numpy).")
         got = torch.as_tensor(result)
         if got.dtype in (torch.float16, torch.bfloat16):
             return Verdict(False, f"On the case '{case}': the result is {got.dtype}, whose "
