@@ -70,4 +70,5 @@ def _on_source_read(app, docname: str, source: list[str]) -> None:
 
 def setup(app):
     app.connect("source-read", _on_source_read)
+    app.connect("html-page-context", exercise_blocks.local_numbers)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

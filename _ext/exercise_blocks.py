@@ -90,3 +90,23 @@ def convert(cells: list[dict], path: str) -> list[dict]:
     if open_solution:
         out.append(_cell(":::{solution-end}\n:::", open_solution))
     return out
+
+
+
+# An exercise block in the HTML: its id, then its numbered caption.
+HTML_EXERCISE = re.compile(
+    r'id="ex-\d\d-(?P<n>\d+)">\s*<p class="admonition-title"><span class="caption-number">'
+    r"Exercise (?P<book>\d+) </span>")
+
+
+def local_numbers(app, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """sphinx-exercise numbers the exercises through the whole book ("Exercise 46" in chapter
+    9), where the notebook, as Colab and Jupyter show it, numbers them per chapter. In the
+    page's HTML (``html-page-context``), write every "Exercise <book number>", captions and
+    links alike, with the chapter's number from the block's label ``ex-CC-N``."""
+    body = context.get("body", "")
+    to_local = {m["book"]: m["n"] for m in HTML_EXERCISE.finditer(body)}
+    if to_local:
+        numbers = "|".join(map(re.escape, to_local))
+        pattern = re.compile(rf"\bExercise ({numbers})\b")
+        context["body"] = pattern.sub(lambda m: f"Exercise {to_local[m[1]]}", body)

@@ -98,7 +98,7 @@ def test_an_attempt_that_changes_its_inputs_is_judged_on_what_it_returns():
     assert check_attention(in_place).ok, check_attention(in_place).message
 
 
-def test_a_correct_float32_attempt_passes_and_lists_are_read():
+def test_a_correct_float32_attempt_passes_and_lists_are_refused():
     def encoding32(n_positions, d_model):  # PyTorch's default dtype
         pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
         angles = pos / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
@@ -106,8 +106,9 @@ def test_a_correct_float32_attempt_passes_and_lists_are_read():
         table[:, 0::2], table[:, 1::2] = torch.sin(angles), torch.cos(angles)
         return table
     assert check_positional_encoding(encoding32).ok, check_positional_encoding(encoding32).message
+    # Right values in a list: the package's functions would refuse it, so the check does too.
     as_lists = check_causal_mask(lambda n: [[j <= i for j in range(n)] for i in range(n)])
-    assert as_lists.ok, as_lists.message
+    assert not as_lists and "not a torch.Tensor" in as_lists.message
 
 
 def test_a_near_miss_names_an_entry_outside_the_tolerance():
@@ -220,6 +221,7 @@ def _judged(verdict: Verdict, expected: str | None) -> None:
     (lambda n: torch.ones(n, n, dtype=torch.bool).tril(-1), "diagonal is True"),
     (lambda n: torch.ones(n, n, dtype=torch.bool).tril(1), "one step into the future"),
     (lambda n: torch.ones(n, n, dtype=torch.bool).tril().numpy(), "a NumPy array, not a torch.Tensor"),
+    (lambda n: [[j <= i for j in range(n)] for i in range(n)], "a list, not a torch.Tensor"),
     (lambda n: torch.ones(n, n).tril(), "the dtype is not"),
     (lambda n: torch.tensor([[i >= j for j in range(n)] for i in range(n)]), None),
 ])

@@ -133,3 +133,19 @@ def test_the_fold_script_folds_a_copy(tmp_path):
     folded = nbformat.read(path, as_version=4)
     assert folded.cells[2].metadata["jp-MarkdownHeadingCollapsed"] is True
     assert folded.metadata.colab.collapsed_sections == [folded.cells[2].id]
+
+
+def test_the_html_numbers_exercises_per_chapter():
+    # sphinx-exercise counts through the book; the page shows the chapter's numbers, as the notebook.
+    body = ('<div class="exercise admonition" id="ex-09-3">\n\n<p class="admonition-title">'
+            '<span class="caption-number">Exercise 48 </span></p>\n'
+            '<a href="#sol-09-3"><span class="std std-ref">Solution to Exercise 48</span></a>\n'
+            '<p class="admonition-title">Solution to<a href="#ex-09-3"> Exercise 48</a></p>\n'
+            '<p>Exercise 480 and Exercise 4 are other numbers.</p>')
+    context = {"body": body}
+    exercise_blocks.local_numbers(None, "book/09", "page.html", context, None)
+    assert context["body"].count("Exercise 3 ") == 1 and context["body"].count("Exercise 3<") == 2
+    assert "Exercise 48 " not in context["body"] and "Exercise 480 and Exercise 4 " in context["body"]
+    untouched = {"body": "<p>No exercise here: Exercise 48.</p>"}
+    exercise_blocks.local_numbers(None, "intro", "page.html", untouched, None)
+    assert untouched["body"] == "<p>No exercise here: Exercise 48.</p>"

@@ -91,10 +91,12 @@ def _compare(name: str, cases: dict, attempt: Callable, reference: Callable,
             return Verdict(False, f"On the case '{case}': the result is a {type(result).__name__} "
                                   f"of {len(result)} tensors, not one tensor: stack them "
                                   f"(torch.stack) along the axis they should form.")
-        if type(result).__module__.split(".")[0] == "numpy" and getattr(result, "ndim", 0) > 0:
-            return Verdict(False, f"On the case '{case}': the result is a NumPy array, not a "
+        if not isinstance(result, torch.Tensor):  # a NumPy array, nested lists: not for the package
+            what_it_is = ("a NumPy array" if type(result).__module__.split(".")[0] == "numpy"
+                          else f"a {type(result).__name__}")
+            return Verdict(False, f"On the case '{case}': the result is {what_it_is}, not a "
                                   f"torch.Tensor: the package's functions take tensors (build it "
-                                  f"with torch, or wrap it with torch.from_numpy).")
+                                  f"with torch, or wrap it with torch.as_tensor).")
         got = torch.as_tensor(result)
         if got.dtype in (torch.float16, torch.bfloat16):
             return Verdict(False, f"On the case '{case}': the result is {got.dtype}, whose "
