@@ -12,7 +12,9 @@ without solutions yet is left as it is), each list
 item becomes an ``exercise`` directive labelled ``ex-CC-N`` (CC: the chapter's number)
 that links to its solution, and each solution's cells are wrapped in ``solution-start`` /
 ``solution-end`` (labelled ``sol-CC-N``, class ``dropdown``: folded until clicked), which
-links back to its exercise. ``tests/test_exercises.py`` checks the two forms against each other.
+links back to its exercise. sphinx-exercise numbers the exercises through the whole book;
+:func:`local_numbers` gives the page back the chapter's own numbers, as the notebook has them.
+``tests/test_exercises.py`` checks the two forms against each other.
 """
 
 from __future__ import annotations
@@ -90,7 +92,6 @@ def convert(cells: list[dict], path: str) -> list[dict]:
     if open_solution:
         out.append(_cell(":::{solution-end}\n:::", open_solution))
     return out
-
 
 
 # An exercise block in the HTML: its id, then its numbered caption.

@@ -97,7 +97,7 @@ def _compare(name: str, cases: dict, attempt: Callable, reference: Callable,
             return Verdict(False, f"On the case '{case}': the result is {what_it_is}, not a "
                                   f"torch.Tensor: the package's functions take tensors (build it "
                                   f"with torch, or wrap it with torch.as_tensor).")
-        got = torch.as_tensor(result)
+        got = result
         if got.dtype in (torch.float16, torch.bfloat16):
             return Verdict(False, f"On the case '{case}': the result is {got.dtype}, whose "
                                   f"round-off would hide real mistakes: compute in float32 or "
