@@ -21,8 +21,10 @@ export PYTHONHASHSEED := 0
 # Byte-code goes to one folder of the build (_build/pycache), never beside the sources. The
 # venv is installed without it (pip --no-compile: measured, compiling every installed module
 # took 33 of the 84 seconds of installing requirements.txt); a module is compiled when
-# something first imports it, once, into that folder.
+# something first imports it, once, into that folder. (A machine may set PYTHONDONTWRITEBYTECODE,
+# as this project's do: then every process would compile all it imports, every time.)
 export PYTHONPYCACHEPREFIX := $(CURDIR)/_build/pycache
+unexport PYTHONDONTWRITEBYTECODE
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # --all: a full rebuild, so warnings of unchanged pages are not hidden by an

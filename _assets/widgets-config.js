@@ -6,6 +6,10 @@
 //    page or on a CDN.
 // 2. The embed bundle typesets widget labels with MathJax 2's MathJax.Hub.Queue;
 //    MathJax 3 has no Hub, so a small adapter forwards to typesetPromise.
+// 3. The precomputed explorers (aiayn.figures.views) read right to a screen reader: each
+//    control is named by its label, each view's image has its caption as alt text, and a
+//    live region says what the view now shown shows whenever a control moves it
+//    (tests/test_html.py audits the pages with axe-core and reads the live region).
 (function () {
   "use strict";
   var here = document.currentScript && document.currentScript.src;
@@ -48,4 +52,87 @@
   }
   // MathJax is loaded with `defer`: it exists once the document is parsed.
   document.addEventListener("DOMContentLoaded", addHubAdapter);
+
+  function setIfChanged(element, name, value) {
+    if (value && element.getAttribute(name) !== value) {
+      element.setAttribute(name, value);
+    }
+  }
+
+  // Each control's label names it: noUiSlider's handle (role="slider") has no name of its own,
+  // and a toggle group's buttons say only "on" or "off".
+  function nameControls(box) {
+    box.querySelectorAll(".aiayn-control").forEach(function (control) {
+      var label = control.querySelector(".widget-label");
+      var name = label ? label.textContent.trim() : "";
+      var readout = control.querySelector(".widget-readout");
+      control.querySelectorAll('[role="slider"]').forEach(function (handle) {
+        setIfChanged(handle, "aria-label", name);
+        if (readout) {
+          setIfChanged(handle, "aria-valuetext", readout.textContent.trim());
+        }
+      });
+      control.querySelectorAll("select").forEach(function (select) {
+        setIfChanged(select, "aria-label", name);
+      });
+      var buttons = control.querySelector(".widget-toggle-buttons > div, .widget-toggle-buttons");
+      if (buttons && buttons.querySelector("button")) {
+        setIfChanged(buttons, "role", "group");
+        setIfChanged(buttons, "aria-label", name);
+        buttons.querySelectorAll("button").forEach(function (button) {
+          var pressed = button.classList.contains("mod-active") ? "true" : "false";
+          setIfChanged(button, "aria-pressed", pressed);
+        });
+      }
+    });
+  }
+
+  // Each view: its image's alt text is its caption; the live region repeats the caption of
+  // the one view on screen, so that moving a control is heard as well as seen.
+  function describeViews(box) {
+    var shown = "";
+    box.querySelectorAll(".aiayn-view").forEach(function (caption) {
+      var view = caption.closest(".widget-vbox") || caption.parentElement;
+      var text = caption.textContent.trim();
+      view.querySelectorAll("img").forEach(function (img) {
+        setIfChanged(img, "alt", text);
+      });
+      if (caption.offsetParent !== null) {
+        shown = text;
+      }
+    });
+    var live = box.querySelector(":scope > .aiayn-live");
+    if (!live) {
+      live = document.createElement("p");
+      live.className = "aiayn-live aiayn-sr-only";
+      live.setAttribute("aria-live", "polite");
+      box.appendChild(live);
+    }
+    if (shown && live.textContent !== shown) {
+      live.textContent = shown;
+    }
+  }
+
+  var pending = false;
+  function describeExplorers() {
+    pending = false;
+    document.querySelectorAll(".aiayn-static-explorer").forEach(function (box) {
+      nameControls(box);
+      describeViews(box);
+    });
+  }
+  // The widget manager renders the explorers after the page has loaded, and a control switches
+  // views by changing classes: every change schedules one pass (its own changes cause none).
+  function schedule() {
+    if (!pending) {
+      pending = true;
+      window.requestAnimationFrame(describeExplorers);
+    }
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    new MutationObserver(schedule).observe(document.body, {
+      childList: true, subtree: true, attributes: true, attributeFilter: ["class", "style"],
+    });
+    schedule();
+  });
 })();
