@@ -122,7 +122,8 @@
     });
   }
   // The widget manager renders the explorers after the page has loaded, and a control switches
-  // views by changing classes: every change schedules one pass (its own changes cause none).
+  // views by changing classes: every change schedules one pass. A pass's own changes (the live
+  // region added or its text set) schedule one more, which finds nothing to change.
   function schedule() {
     if (!pending) {
       pending = true;
