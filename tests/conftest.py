@@ -28,6 +28,9 @@ TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
 # Largest absolute error measured by assert_parity, per "dtype" or "dtype (device)".
 PARITY_MAX: dict[str, float] = {}
+# Seconds of each chapter's cells under nbval (tests/test_colab_like.py): notebook name ->
+# (all cells, the cells of its solutions). Reported at the end of the run.
+NOTEBOOK_SECONDS: dict[str, tuple[float, float]] = {}
 
 CUDA_AVAILABLE = torch.cuda.is_available()
 _CUDA_MARKS = [
@@ -221,6 +224,7 @@ def pytest_sessionfinish(session):
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput["parity_max"] = dict(PARITY_MAX)
+        workeroutput["notebook_seconds"] = dict(NOTEBOOK_SECONDS)
         return
     # The controller (or a run without xdist): remove the Colab-like environment that
     # tests/test_colab_like.py built for the session (5.5 GB).
@@ -237,11 +241,28 @@ def pytest_testnodedown(node, error):
     # pytest-xdist controller: merge each worker's maxima.
     for key, value in getattr(node, "workeroutput", {}).get("parity_max", {}).items():
         PARITY_MAX[key] = max(PARITY_MAX.get(key, 0.0), value)
+    NOTEBOOK_SECONDS.update(getattr(node, "workeroutput", {}).get("notebook_seconds", {}))
+
+
+def _solutions_line(seconds: dict[str, tuple[float, float]], workers: int = 2) -> str:
+    """What the chapters' worked solutions cost: their cells' seconds, in all and per chapter.
+    nbval runs ``workers`` chapters at a time, so they add about 1/workers of that to the wall
+    time of the run."""
+    total = sum(all_cells for all_cells, _ in seconds.values())
+    solutions = sum(solution for _, solution in seconds.values())
+    per_chapter = ", ".join(f"{name[:2]} {solution:.0f}" for name, (_, solution)
+                            in sorted(seconds.items()) if solution)
+    return (f"solutions: {solutions:.0f} s of the {total:.0f} s the chapters' cells ran "
+            f"({solutions / max(total, 1e-9):.0%}; about {solutions / workers:.0f} s of wall time "
+            f"on {workers} workers); by chapter: {per_chapter}")
 
 
 def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_sep("-", "parity")
     terminalreporter.write_line(_summary_line(PARITY_MAX))
+    if NOTEBOOK_SECONDS:
+        terminalreporter.write_sep("-", "notebook cells")
+        terminalreporter.write_line(_solutions_line(NOTEBOOK_SECONDS))
 
 
 # --------------------------------------------------------------- the browser checks

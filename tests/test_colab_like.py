@@ -55,6 +55,7 @@ from colab_env import (
     colab_template_dir,
     run,
 )
+from conftest import NOTEBOOK_SECONDS
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "book").glob("*.ipynb"))
@@ -199,11 +200,11 @@ def _clean_env(colab_python: Path) -> dict:
     # worker's copy, and the next chapters' kernels load that (Colab, too, writes byte-code).
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop("PYTHONPYCACHEPREFIX", None)
-    # One thread per chapter: nbval runs two chapters at a time on two cores, beside the browser
-    # checks. More threads than free cores make PyTorch's idle threads spin (measured: a
-    # training step 2.8 times as long on two threads as on one, with the other core busy). The
-    # number of threads changes only the order of some sums, which the outputs must survive
-    # anyway (the perturbed path changes more).
+    # One thread per chapter: nbval runs two chapters at a time on two cores. More threads than
+    # free cores make PyTorch's idle threads spin (measured: a training step 2.8 times as long
+    # on two threads as on one, with the other core busy). The number of threads changes only
+    # the order of some sums, which the outputs must survive anyway (the perturbed path changes
+    # more).
     env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"
     return env
 
@@ -437,6 +438,56 @@ def test_a_failing_chapter_names_the_processor_its_outputs_came_from(tmp_path):
 
 # ------------------------------------------------------------------- the chapters
 
+# A line of pytest's --durations report of an nbval run: "12.34s call     ch.ipynb::Cell 52".
+DURATION = re.compile(r"^\s*([0-9.]+)s\s+(?:setup|call|teardown)\s+\S+::Cell (\d+)\s*$", re.M)
+SOLUTION_HEADING = re.compile(r"### Solution \d+\s*$")
+
+
+def cell_seconds(report: str) -> dict[int, float]:
+    """Seconds per code cell (nbval's numbering: the code cells counted from 0) in the
+    --durations report of an nbval run. Cells shorter than pytest shows (0.005 s) are absent."""
+    seconds: dict[int, float] = {}
+    for time, cell in DURATION.findall(report):
+        seconds[int(cell)] = seconds.get(int(cell), 0.0) + float(time)
+    return seconds
+
+
+def solution_cells(path: Path) -> set[int]:
+    """nbval's numbers of the code cells under the chapter's ``### Solution N`` headings (the
+    solutions come last in a chapter: tests/test_exercises.py)."""
+    numbers, code, in_solutions = set(), 0, False
+    for cell in json.loads(path.read_text())["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and SOLUTION_HEADING.match(source.split("\n")[0]):
+            in_solutions = True
+        if cell["cell_type"] == "code":
+            if in_solutions:
+                numbers.add(code)
+            code += 1
+    return numbers
+
+
+def test_cell_seconds_reads_the_durations_report():
+    report = """============================= slowest durations =============================
+12.50s call     07_training.ipynb::Cell 15
+0.50s setup    07_training.ipynb::Cell 0
+0.25s call     07_training.ipynb::Cell 0
+"""
+    assert cell_seconds(report) == {15: 12.5, 0: 0.75}
+
+
+def test_solution_cells_are_the_code_cells_under_the_solution_headings(tmp_path):
+    def cell(kind, source):
+        return {"cell_type": kind, "source": [source], "metadata": {}}
+
+    path = tmp_path / "chapter.ipynb"
+    path.write_text(json.dumps({"cells": [
+        cell("code", "x = 1"), cell("markdown", "## Solutions"), cell("code", "y = 2"),
+        cell("markdown", "### Solution 1\n"), cell("code", "z = 3"), cell("code", "w = 4")]}))
+    assert solution_cells(path) == {2, 3}
+    assert len(solution_cells(REPO / "book" / "04_multi_head_attention.ipynb")) >= 4
+
+
 @pytest.mark.slow
 @pytest.mark.notebooks
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -449,7 +500,7 @@ def test_notebook_reproduces_its_outputs_in_a_colab_like_environment(colab_pytho
     # (--opt=value: a separate path argument would make pytest take the repository, with
     # its pyproject.toml, as the rootdir of a notebook that is meant to be far from it.)
     nbval = [colab_python, "-m", "pytest", "--nbval", notebook.name,
-             f"--nbval-sanitize-with={SANITIZE}", "-p", "no:cacheprovider", "-q"]
+             f"--nbval-sanitize-with={SANITIZE}", "-p", "no:cacheprovider", "-q", "--durations=0"]
     result = subprocess.run(nbval, capture_output=True, text=True, cwd=workdir,
                             env=_perturbed_env(colab_python, path.name), timeout=1800)
     if result.returncode != 0:
@@ -462,6 +513,9 @@ def test_notebook_reproduces_its_outputs_in_a_colab_like_environment(colab_pytho
                     "computation holds under another rounding: show fewer, or a bound, and assert "
                     "the claim with a margin (re-executing the chapter would only hide it; "
                     f"scripts/output_drift.py lists such cells). {note}")
+    seconds = cell_seconds(result.stdout)
+    NOTEBOOK_SECONDS[path.name] = (sum(seconds.values()),
+                                   sum(seconds.get(n, 0.0) for n in solution_cells(path)))
     # The package the chapter used is the one its first cell installed, from git.
     where = _run([colab_python, "-c", "import aiayn; print(aiayn.__file__)"],
                  cwd=workdir, env=_clean_env(colab_python))
