@@ -31,6 +31,8 @@ PARITY_MAX: dict[str, float] = {}
 # Seconds of each chapter's cells under nbval (tests/test_colab_like.py): notebook name ->
 # (all cells, the cells of its solutions). Reported at the end of the run.
 NOTEBOOK_SECONDS: dict[str, tuple[float, float]] = {}
+# Chapters whose nbval kernel died and that were run again (tests/test_colab_like.py).
+KERNEL_DEATHS: list[str] = []
 
 CUDA_AVAILABLE = torch.cuda.is_available()
 _CUDA_MARKS = [
@@ -225,6 +227,7 @@ def pytest_sessionfinish(session):
     if workeroutput is not None:
         workeroutput["parity_max"] = dict(PARITY_MAX)
         workeroutput["notebook_seconds"] = dict(NOTEBOOK_SECONDS)
+        workeroutput["kernel_deaths"] = list(KERNEL_DEATHS)
         return
     # The controller (or a run without xdist): remove the Colab-like environment that
     # tests/test_colab_like.py built for the session (5.5 GB).
@@ -242,6 +245,7 @@ def pytest_testnodedown(node, error):
     for key, value in getattr(node, "workeroutput", {}).get("parity_max", {}).items():
         PARITY_MAX[key] = max(PARITY_MAX.get(key, 0.0), value)
     NOTEBOOK_SECONDS.update(getattr(node, "workeroutput", {}).get("notebook_seconds", {}))
+    KERNEL_DEATHS.extend(getattr(node, "workeroutput", {}).get("kernel_deaths", []))
 
 
 def _solutions_line(seconds: dict[str, tuple[float, float]], workers: int = 2) -> str:
@@ -263,6 +267,9 @@ def pytest_terminal_summary(terminalreporter):
     if NOTEBOOK_SECONDS:
         terminalreporter.write_sep("-", "notebook cells")
         terminalreporter.write_line(_solutions_line(NOTEBOOK_SECONDS))
+    if KERNEL_DEATHS:
+        terminalreporter.write_line(f"the kernel died, and the chapter was run again: "
+                                    f"{', '.join(KERNEL_DEATHS)}", yellow=True)
 
 
 # --------------------------------------------------------------- the browser checks

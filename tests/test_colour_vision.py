@@ -12,8 +12,13 @@ on linear RGB), then compared in CIELAB:
 
 The classic red-green map (RdYlGn) fails the second rule under protanopia and deuteranopia
 (its ends 18.5 and 17.6 apart), and jet, a rainbow, fails the first under every vision: the
-checks can fail. Only colour maps are checked here, not the categorical colours of lines and
-bars.
+checks can fail.
+
+Categorical colours that tell things apart by colour alone (chapter 4's relations: the
+previous token, the matching one, the token itself, elsewhere, as boxes and stacked bars) must
+stay at least 20 apart (Delta E) under every vision; green and orange, which chapter 4 once
+used, are 4.6 apart under protanopia and fail. Lines in a legend differ by dash or marker
+as well as by colour, which this test does not read.
 """
 
 import re
@@ -36,7 +41,7 @@ MACHADO = {  # severity 1; rows give the simulated linear R, G, B
 }
 VISIONS = ["typical", *MACHADO]
 DIVERGING = {"RdBu", "RdBu_r", "RdYlGn", "PiYG", "coolwarm", "bwr", "seismic", "PuOr"}
-MIN_STEP, MIN_ENDS = 5.0, 30.0
+MIN_STEP, MIN_ENDS, MIN_APART = 5.0, 30.0, 20.0
 
 
 def book_colormaps() -> set[str]:
@@ -110,3 +115,48 @@ def test_a_red_green_map_fails():
     assert any("protanopia: its ends" in p for p in found)
     assert any("deuteranopia: its ends" in p for p in found)
     assert not any("typical" in p for p in found)
+
+
+def categorical_problems(colours: dict[str, str]) -> list[str]:
+    """Pairs of ``colours`` (label: colour) closer than MIN_APART under some vision."""
+    import itertools
+
+    import matplotlib.colors
+
+    found = []
+    for vision in VISIONS:
+        linear = _linear(np.array([matplotlib.colors.to_rgb(c) for c in colours.values()]))
+        if vision != "typical":
+            linear = np.clip(linear @ np.array(MACHADO[vision]).T, 0, 1)
+        lab = dict(zip(colours, _lab(linear), strict=True))
+        for a, b in itertools.combinations(colours, 2):
+            apart = float(np.linalg.norm(lab[a] - lab[b]))
+            if apart < MIN_APART:
+                found.append(f"{a} and {b}, {vision}: {apart:.1f} apart (< {MIN_APART:.0f})")
+    return found
+
+
+def test_chapter4_relation_colours_stay_apart():
+    from aiayn.figures.heads import RELATION_COLORS
+
+    assert not categorical_problems(RELATION_COLORS)
+
+
+def test_green_and_orange_fail():
+    found = categorical_problems({"previous": "tab:green", "matching": "tab:orange"})
+    assert any(p.startswith("previous and matching, protanopia: 4.6 apart") for p in found), found
+
+
+def test_lines_differ_by_marker_as_well_as_colour():
+    """In the book's style, the lines of a figure (as a legend lists them) each get their own
+    marker, not only their own colour."""
+    import matplotlib.pyplot as plt
+
+    with matplotlib.rc_context():
+        use_book_style()
+        fig, ax = plt.subplots()
+        lines = [ax.plot([0, 1], [i, i], label=str(i))[0] for i in range(8)]
+        plt.close(fig)
+    markers = [line.get_marker() for line in lines]
+    assert len(set(markers)) == len(lines) and "None" not in markers, markers
+    assert len({line.get_color() for line in lines}) == len(lines)

@@ -618,8 +618,8 @@ OUTPUT_OF = """
 index => {
   const cell = window.jupyterapp.shell.currentWidget.content.widgets[index];
   const area = cell.node.querySelector('.jp-OutputArea');
-  return {images: Array.from(area.querySelectorAll('img')).map(i => i.src),
-          text: area.innerText};
+  const images = Array.from(area.querySelectorAll('img'));
+  return {images: images.map(i => i.src), alts: images.map(i => i.alt), text: area.innerText};
 }
 """
 
@@ -649,7 +649,8 @@ def explorer_lab(tmp_path_factory):
 @pytest.mark.browser
 def test_every_live_explorer_redraws_in_jupyterlab(browser, explorer_lab, request):
     """Run all cells; in each explorer move one control; its figure must be redrawn (a new
-    image), with no error output and no request to another host."""
+    image) with a new text alternative (its caption, as alt text and on screen), with no error
+    output and no request to another host."""
     page = LabPage(browser, explorer_lab)
     try:
         page.open()
@@ -680,8 +681,17 @@ def test_every_live_explorer_redraws_in_jupyterlab(browser, explorer_lab, reques
                 after = page.page.evaluate(OUTPUT_OF, index)
                 problems.append(f"chapter {chapter}: no new figure after moving {selector} "
                                 f"({len(after['images'])} images; text {after['text'][:200]!r})")
-            if "Traceback" in page.page.evaluate(OUTPUT_OF, index)["text"]:
+            after = page.page.evaluate(OUTPUT_OF, index)
+            if "Traceback" in after["text"]:
                 problems.append(f"chapter {chapter}: a traceback in the explorer's output")
+            # The view's text alternative: the caption of this setting, as alt text and on screen.
+            for alt in after["alts"]:
+                if not alt.strip() or alt not in after["text"]:
+                    problems.append(f"chapter {chapter}: a view whose alt text {alt!r} is empty "
+                                    "or not its caption")
+            if after["alts"] == before["alts"]:
+                problems.append(f"chapter {chapter}: the view's text alternative did not change "
+                                f"after moving {selector}: {after['alts']}")
         assert not problems, "\n".join(problems)
         assert not page.external, f"requests to other hosts: {page.external}"
     except BaseException:

@@ -361,3 +361,4 @@ def test_chapter8_opens_on_the_chosen_setting_and_its_grid_holds_it(unrendered):
                       (dict(n_max=100), "n_max")):
         with pytest.raises(ValueError, match=f"{name} must be an int in"):
             complexity_twin(**bad)
+

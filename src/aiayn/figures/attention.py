@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .style import _as_2d
-from .views import Control, can_build_twin, explorer_box, grid_explorer
+from .views import Control, can_build_twin, explorer_box, grid_explorer, show_view
 
 __all__ = ["plot_attention", "plot_weight_bars", "plot_attention_view", "attention_explorer",
            "attention_twin", "TWIN_TEMPERATURES"]
@@ -126,8 +126,6 @@ def attention_explorer(
     Returns the widget box (display it as the last expression of a cell).
     """
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     if len(tokens) != query.shape[-2]:
         raise ValueError(f"got {len(tokens)} tokens for {query.shape[-2]} query rows")
@@ -144,12 +142,11 @@ def attention_explorer(
     def redraw(*_):
         with out:
             out.clear_output(wait=True)
-            fig = plot_attention_view(tokens, query, key, value, pick.value,
-                                      temperature.value, causal.value)
-            # display + close, not plt.show(fig): show() takes no figure (TypeError on
-            # non-inline backends), and closing stops every redraw leaking a figure.
-            display(fig)
-            plt.close(fig)
+            setting = (pick.value, temperature.value, causal.value)
+            # show_view, not plt.show(fig): show() takes no figure (TypeError on non-inline
+            # backends); show_view closes the figure and gives the image its alt text.
+            show_view(plot_attention_view(tokens, query, key, value, *setting),
+                      attention_caption(tokens, query, key, value, *setting)[0])
 
     for control in (pick, temperature, causal):
         control.observe(redraw, names="value")
@@ -157,6 +154,25 @@ def attention_explorer(
     twin = (attention_twin(tokens, query, key, value, query_index)
             if twin and can_build_twin() else None)
     return explorer_box([w.HBox([pick, temperature, causal]), out], twin)
+
+
+def attention_caption(tokens: Sequence[str], query: torch.Tensor, key: torch.Tensor,
+                      value: torch.Tensor, query_index: int, temperature: float,
+                      causal: bool) -> tuple[str, dict]:
+    """What a view of :func:`attention_explorer` shows, in words (its alt text and caption,
+    live and in the HTML twin), and the numbers behind it: the token the query puts most
+    weight on, and the query's row of weights."""
+    from ..attention import scaled_dot_product_attention
+    from ..masks import causal_mask
+
+    mask = causal_mask(len(tokens), device=query.device) if causal else None
+    scale = 1.0 / (math.sqrt(query.shape[-1]) * temperature)
+    _, weights = scaled_dot_product_attention(query, key, value, mask, scale=scale)
+    row = weights[query_index]
+    top = int(row.argmax())
+    text = (f"query '{tokens[query_index]}': most weight on '{tokens[top]}' "
+            f"({float(row[top]):.3f})")
+    return text, {"top": top, "weights": ",".join(f"{float(x):.4f}" for x in row)}
 
 
 #: The temperatures the HTML book's explorer offers (the live slider's ends and three between).
@@ -167,20 +183,9 @@ def attention_twin(tokens: Sequence[str], query: torch.Tensor, key: torch.Tensor
                    value: torch.Tensor, query_index: int = 0):
     """The precomputed twin of :func:`attention_explorer` for the HTML book: every query token,
     the temperatures of :data:`TWIN_TEMPERATURES`, the causal mask off and on."""
-    from ..attention import scaled_dot_product_attention
-    from ..masks import causal_mask
-
-    n = len(tokens)
 
     def caption(query_index, temperature, causal):
-        mask = causal_mask(n, device=query.device) if causal else None
-        scale = 1.0 / (math.sqrt(query.shape[-1]) * temperature)
-        _, weights = scaled_dot_product_attention(query, key, value, mask, scale=scale)
-        row = weights[query_index]
-        top = int(row.argmax())
-        text = (f"query '{tokens[query_index]}': most weight on '{tokens[top]}' "
-                f"({float(row[top]):.3f})")
-        return text, {"top": top, "weights": ",".join(f"{float(x):.4f}" for x in row)}
+        return attention_caption(tokens, query, key, value, query_index, temperature, causal)
 
     controls = [
         Control("query", [(t, i) for i, t in enumerate(tokens)], query_index, "dropdown"),

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from .views import Control, can_build_twin, explorer_box, grid_explorer
+from .views import Control, can_build_twin, explorer_box, grid_explorer, show_view
 
 __all__ = [
     "plot_layer_costs",
@@ -115,7 +115,6 @@ def complexity_explorer(d: int = 512, twin: bool = True, k: int = 3, r: int = 31
     Returns the widget box."""
     import ipywidgets as w
     import matplotlib.pyplot as plt
-    from IPython.display import display
 
     _check_setting(d=d, k=k, r=r, n_max=n_max)
     style = {"description_width": "initial"}
@@ -131,14 +130,27 @@ def complexity_explorer(d: int = 512, twin: bool = True, k: int = 3, r: int = 31
             out.clear_output(wait=True)
             fig, ax = plt.subplots()
             plot_layer_costs(width.value, kernel.value, window.value, largest.value, ax=ax)
-            display(fig)
-            plt.close(fig)
+            show_view(fig, complexity_caption(width.value, largest.value)[0])
 
     for control in sliders.values():
         control.observe(redraw, names="value")
     redraw()
     twin = complexity_twin(d, k, r, n_max) if twin and can_build_twin() else None
     return explorer_box([w.HBox([width, kernel]), w.HBox([window, largest]), out], twin)
+
+
+def complexity_caption(d: int, n_max: int) -> tuple[str, dict]:
+    """What a view of :func:`complexity_explorer` shows, in words (its alt text and caption,
+    live and in the HTML twin), and the numbers behind it: where self-attention and recurrence
+    cost the same, and their ratio at the largest ``n``."""
+    from ..experiments.costs import crossover_length, layer_cost
+
+    attention = layer_cost("self-attention", n_max, d).flops
+    recurrent = layer_cost("recurrent", n_max, d).flops
+    cross = crossover_length(d)
+    return (f"d = {d}: self-attention and recurrence cost the same at n = {cross:g}; "
+            f"at n = {n_max} attention / recurrent FLOPs = {attention / recurrent:.3g}",
+            {"crossover": f"{cross:g}", "ratio": f"{attention / recurrent:.6g}"})
 
 
 def complexity_twin_grid(d: int = 512, k: int = 3, r: int = 255,
@@ -156,15 +168,9 @@ def complexity_twin(d: int = 512, k: int = 3, r: int = 255, n_max: int = 8192):
     """The precomputed twin of :func:`complexity_explorer` for the HTML book, on the grid of
     :func:`complexity_twin_grid` (both ends of every live slider), opening on ``d``, ``k``,
     ``r`` and ``n_max``."""
-    from ..experiments.costs import crossover_length, layer_cost
 
     def caption(width, k, r, n_max):
-        attention = layer_cost("self-attention", n_max, width).flops
-        recurrent = layer_cost("recurrent", n_max, width).flops
-        cross = crossover_length(width)
-        return (f"d = {width}: self-attention and recurrence cost the same at n = {cross:g}; "
-                f"at n = {n_max} attention / recurrent FLOPs = {attention / recurrent:.3g}",
-                {"crossover": f"{cross:g}", "ratio": f"{attention / recurrent:.6g}"})
+        return complexity_caption(width, n_max)
 
     grid = complexity_twin_grid(d, k, r, n_max)
     chosen = {"d": d, "k": k, "r": r, "n_max": n_max}

@@ -12,7 +12,7 @@ import torch
 
 from ..model import Transformer, TransformerConfig, count_parameters
 from .attention import plot_attention
-from .views import Control, can_build_twin, explorer_box, grid_explorer
+from .views import Control, can_build_twin, explorer_box, grid_explorer, show_view
 
 __all__ = [
     "plot_architecture",
@@ -222,8 +222,6 @@ def encoder_decoder_explorer(model, tokenizer, text: str = "Nov 29, 2026",
     mean). The decoder reads the model's own greedy answer; input the model cannot read
     gets a message instead of a map."""
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     from ..inspection import ATTENTION_KINDS, attention_maps
     from ..learning.decode import translate
@@ -249,11 +247,9 @@ def encoder_decoder_explorer(model, tokenizer, text: str = "Nov 29, 2026",
             answer = tokenizer.encode(result["output"], bos=True, eos=False)
             maps = attention_maps(model, src, torch.tensor([answer], device=device))
             target = ["<bos>", *result["output"]]  # what the decoder reads
-            ax = plot_model_attention(maps, kind.value, layer.value, head.value,
-                                      result["source"], target)
-            print(f"{box.value!r} -> {result['output']!r}")
-            display(ax.figure)
-            plt.close(ax.figure)
+            setting = (kind.value, layer.value, head.value)
+            ax = plot_model_attention(maps, *setting, result["source"], target)
+            show_view(ax.figure, encoder_decoder_caption(box.value, result, *setting)[0])
 
     for control in (box, kind, layer, head):
         control.observe(redraw, names="value")
@@ -266,6 +262,19 @@ def encoder_decoder_explorer(model, tokenizer, text: str = "Nov 29, 2026",
 #: Inputs the HTML book offers instead of a text box, after the chapter's own (another form
 #: of date, and text that is no date).
 TWIN_DATES = ("2049.12.31", "hello")
+
+
+def encoder_decoder_caption(text: str, result: dict, kind: str, layer: int,
+                            head: int | None) -> tuple[str, dict]:
+    """What a view of :func:`encoder_decoder_explorer` shows, in words (its alt text and
+    caption, live and in the HTML twin): which map (``kind`` of attention, 0-based ``layer``,
+    0-based ``head`` or None for the mean), and the model's answer, ``result`` being
+    :func:`aiayn.learning.decode.translate`'s for ``text``."""
+    if result["error"]:
+        return f"{text!r}: {result['error']}", {"output": ""}
+    which = "mean of the heads" if head is None else f"head {head + 1}"
+    return (f"{kind} attention, layer {layer + 1}, {which}: {text!r} -> {result['output']!r}",
+            {"output": result["output"]})
 
 
 def encoder_decoder_twin(model, tokenizer, texts: Sequence[str]):
@@ -302,10 +311,7 @@ def encoder_decoder_twin(model, tokenizer, texts: Sequence[str]):
         return ax.figure
 
     def caption(text, kind, layer, head):
-        result, maps = runs[text]
-        if maps is None:
-            return f"{text!r}: {result['error']}", {"output": ""}
-        return f"{text!r} -> {result['output']!r}", {"output": result["output"]}
+        return encoder_decoder_caption(text, runs[text][0], kind, layer, head)
 
     controls = [
         Control("date", [(t, t) for t in texts], 0, "dropdown"),

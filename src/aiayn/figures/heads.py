@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .style import _as_2d
-from .views import Control, can_build_twin, check_index, explorer_box, grid_explorer
+from .views import Control, can_build_twin, check_index, explorer_box, grid_explorer, show_view
 
 __all__ = [
     "plot_head_maps",
@@ -22,15 +22,23 @@ __all__ = [
 ]
 
 
+#: The colours of the relations in chapter 4's figures: blue and orange, which stay apart under
+#: the common colour-vision deficiencies (green and orange do not: tests/test_colour_vision.py).
+RELATION_COLORS = {"previous": "tab:blue", "matching": "tab:orange", "itself": "tab:gray",
+                   "elsewhere": "#e0e0e0"}
+
+
 def _mark_relations(ax: plt.Axes, n_rows: int, matching: Sequence[int] | None) -> None:
-    """Outline, in each query row, the previous token (green) and the matching one (orange)."""
+    """Outline, in each query row, the previous token (blue) and the matching one (orange,
+    dashed)."""
     for t in range(n_rows):
         if t > 0:
             ax.add_patch(plt.Rectangle((t - 1.5, t - 0.5), 1, 1, fill=False,
-                                       edgecolor="tab:green", linewidth=1.5))
+                                       edgecolor=RELATION_COLORS["previous"], linewidth=1.5))
         if matching is not None:
             ax.add_patch(plt.Rectangle((int(matching[t]) - 0.5, t - 0.5), 1, 1, fill=False,
-                                       edgecolor="tab:orange", linewidth=1.5, linestyle="--"))
+                                       edgecolor=RELATION_COLORS["matching"], linewidth=1.5,
+                                       linestyle="--"))
 
 
 def plot_head_maps(
@@ -41,7 +49,7 @@ def plot_head_maps(
     fig: plt.Figure | None = None,
 ) -> plt.Figure:
     """One ``(T, T)`` attention map per panel, side by side, with the previous token
-    (green) and the matching token (orange, dashed) outlined in every query row."""
+    (blue) and the matching token (orange, dashed) outlined in every query row."""
     if len(maps) != len(titles) or not maps:
         raise ValueError(f"got {len(maps)} maps and {len(titles)} titles; need one title per map")
     n = len(tokens)
@@ -77,11 +85,10 @@ def plot_head_masses(
         _, ax = plt.subplots(figsize=(6.4, 3.2))
     names = list(summaries)
     width = 0.8 / len(measures)
-    colors = {"previous": "tab:green", "matching": "tab:orange", "itself": "tab:gray"}
     for i, measure in enumerate(measures):
         heights = [summaries[name][measure] for name in names]
         ax.bar(np.arange(len(names)) + (i - (len(measures) - 1) / 2) * width, heights,
-               width, label=measure, color=colors.get(measure))
+               width, label=measure, color=RELATION_COLORS.get(measure))
     ax.set_xticks(range(len(names)), names)
     ax.set_ylim(0, 1)
     ax.set_ylabel("mean attention mass")
@@ -130,11 +137,10 @@ def plot_head_view(
     _mark_relations(ax_map, n, matching)
     fig.colorbar(image, ax=ax_map, fraction=0.046, pad=0.04, label="weight")
     bottom = np.zeros(n)
-    for part, color, label in ((previous, "tab:green", "previous"),
-                               (match, "tab:orange", "matching"),
-                               (itself, "tab:gray", "itself"),
-                               (other, "lightsteelblue", "elsewhere")):
-        ax_bar.barh(range(n), part.numpy(), left=bottom, color=color, label=label)
+    for part, label in ((previous, "previous"), (match, "matching"), (itself, "itself"),
+                        (other, "elsewhere")):
+        ax_bar.barh(range(n), part.numpy(), left=bottom, color=RELATION_COLORS[label],
+                    label=label)
         bottom += part.numpy()
     ax_bar.set_yticks(range(n), list(tokens), fontsize=8)
     ax_bar.invert_yaxis()  # same row order as the map
@@ -178,8 +184,6 @@ def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[
     Returns the widget box (display it as the last expression of a cell).
     """
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     if not models:
         raise ValueError("models must name at least one model")
@@ -217,8 +221,8 @@ def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[
                 maps[model.value][:, i], labels[i], layer.value, head.value,
                 None if matching is None else matching[i].tolist(),
             )
-            display(fig)  # display + close: no leaked figures (see attention_explorer)
-            plt.close(fig)
+            text, _ = head_caption(maps, model.value, layer.value, head.value, i)
+            show_view(fig, text)
 
     def on_model(*_):
         nonlocal updating
@@ -239,6 +243,16 @@ def head_explorer(models: dict, tokens: torch.Tensor, labels: Sequence[Sequence[
     return explorer_box([w.HBox([model, layer, head]), example, out], twin)
 
 
+def head_caption(maps: dict, name: str, layer: int, head: int, i: int) -> tuple[str, dict]:
+    """What a view of :func:`head_explorer` shows, in words (its alt text and caption, live
+    and in the HTML twin), and the number behind it: how much weight the head's queries put on
+    their top key, on average, for input ``i``. ``maps`` maps a model's name to its
+    ``(L, N, H, T, T)`` attention maps."""
+    row_max = maps[name][layer, i, head].max(dim=-1).values  # (T,) each query's top weight
+    return (f"{name}, layer {layer}, head {head}, input {i}: mean top weight "
+            f"{float(row_max.mean()):.3f}", {"mean-top": f"{float(row_max.mean()):.4f}"})
+
+
 def head_twin(maps: dict, labels: Sequence[Sequence[str]], matching: torch.Tensor | None = None,
               model: str | None = None, layer: int = 0, head: int = 0, example: int = 0):
     """The precomputed twin of :func:`head_explorer` for the HTML book: every head of every
@@ -256,10 +270,7 @@ def head_twin(maps: dict, labels: Sequence[Sequence[str]], matching: torch.Tenso
                               None if matching is None else matching[i].tolist())
 
     def caption(which, i):
-        name, layer, head = which
-        row_max = maps[name][layer, i, head].max(dim=-1).values  # (T,) each query's top weight
-        return (f"{name}, layer {layer}, head {head}, input {i}: mean top weight "
-                f"{float(row_max.mean()):.3f}", {"mean-top": f"{float(row_max.mean()):.4f}"})
+        return head_caption(maps, *which, i)
 
     first = [value for _, value in heads].index((model, layer, head))
     controls = [Control("head", heads, first, "dropdown"),

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .style import _as_2d
-from .views import Control, can_build_twin, check_index, explorer_box, grid_explorer
+from .views import Control, can_build_twin, check_index, explorer_box, grid_explorer, show_view
 
 __all__ = [
     "plot_positional_encoding",
@@ -130,8 +130,8 @@ def positional_explorer(d_model: int = 128, n_positions: int = 128, twin: bool =
     Returns the widget box (display it as the last expression of a cell).
     """
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
+
+    from ..positional import sinusoidal_encoding
 
     position = _opening("position", position, n_positions)
     _opening("dimension", dimension, d_model)
@@ -141,13 +141,13 @@ def positional_explorer(d_model: int = 128, n_positions: int = 128, twin: bool =
     dim = w.IntSlider(style=style, value=dimension, min=0, max=d_model - 1,
                       description="dimension")
     out = w.Output()
+    table = sinusoidal_encoding(n_positions, d_model)  # (n_positions, d_model): for the captions
 
     def redraw(*_):
         with out:
             out.clear_output(wait=True)
             fig = plot_positional_view(pos.value, dim.value, d_model, n_positions)
-            display(fig)  # display + close: see attention_explorer
-            plt.close(fig)
+            show_view(fig, positional_caption(table, pos.value, dim.value)[0])
 
     for control in (pos, dim):
         control.observe(redraw, names="value")
@@ -155,6 +155,14 @@ def positional_explorer(d_model: int = 128, n_positions: int = 128, twin: bool =
     twin = (positional_twin(d_model, n_positions, position, dimension)
             if twin and can_build_twin() else None)
     return explorer_box([w.HBox([pos, dim]), out], twin)
+
+
+def positional_caption(table: torch.Tensor, position: int, dimension: int) -> tuple[str, dict]:
+    """What a view of :func:`positional_explorer` shows, in words (its alt text and caption,
+    live and in the HTML twin), and the number behind it: the entry of the sinusoidal
+    ``table`` (``(n_positions, d_model)``) at the chosen position and dimension."""
+    value = float(table[position, dimension])
+    return (f"PE[{position}, {dimension}] = {value:.4f}", {"pe": f"{value:.6f}"})
 
 
 def _opening(name: str, value, n: int, grid: list[int] | None = None) -> int:
@@ -196,8 +204,7 @@ def positional_twin(d_model: int = 128, n_positions: int = 128, position: int | 
     table = sinusoidal_encoding(n_positions, d_model)
 
     def caption(position, dimension):
-        value = float(table[position, dimension])
-        return (f"PE[{position}, {dimension}] = {value:.4f}", {"pe": f"{value:.6f}"})
+        return positional_caption(table, position, dimension)
 
     controls = [Control("position", [(str(p), p) for p in positions],
                         positions.index(position)),

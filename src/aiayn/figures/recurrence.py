@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .views import Control, can_build_twin, explorer_box, grid_explorer
+from .views import Control, can_build_twin, explorer_box, grid_explorer, show_view
 
 __all__ = [
     "plot_gradient_decay",
@@ -72,8 +72,6 @@ def gradient_decay_explorer(d_model: int = 64, input_std: float = 0.1, seed: int
     Returns the widget box (display it as the last expression of a cell).
     """
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     radius = w.FloatSlider(style={"description_width": "initial"}, value=0.9, min=0.3, max=2.5, step=0.05,
                            description="radius", readout_format=".2f")
@@ -83,16 +81,28 @@ def gradient_decay_explorer(d_model: int = 64, input_std: float = 0.1, seed: int
     def redraw(*_):
         with out:
             out.clear_output(wait=True)
-            ax = plot_gradient_decay([radius.value], length.value, d_model,
-                                         input_std, seed)
-            display(ax.figure)
-            plt.close(ax.figure)
+            ax = plot_gradient_decay([radius.value], length.value, d_model, input_std, seed)
+            text, _ = gradient_decay_caption(radius.value, length.value, d_model, input_std, seed)
+            show_view(ax.figure, text)
 
     for control in (radius, length):
         control.observe(redraw, names="value")
     redraw()
     twin = gradient_decay_twin(d_model, input_std, seed) if twin and can_build_twin() else None
     return explorer_box([w.HBox([radius, length]), out], twin)
+
+
+def gradient_decay_caption(radius: float, length: int, d_model: int = 64, input_std: float = 0.1,
+                           seed: int = 0) -> tuple[str, dict]:
+    """What a view of :func:`gradient_decay_explorer` shows, in words (its alt text and
+    caption, live and in the HTML twin), and the number behind it: the gradient's size
+    ``length`` steps back, as a power of ten."""
+    from ..experiments.recurrence import gradient_decay
+
+    log_norms = gradient_decay(radius, length, d_model, input_std, seed=seed)
+    log10_far = float(log_norms[-1]) / math.log(10)
+    text = f"radius {radius:g}: the gradient {length} steps back is 10^{log10_far:.1f}"
+    return text, {"log10-far": f"{log10_far:.4f}"}
 
 
 #: Radii the HTML book's explorer offers, around 1 (where the decay turns into growth) and
@@ -105,13 +115,9 @@ TWIN_LENGTHS = (10, 100, 300)
 def gradient_decay_twin(d_model: int = 64, input_std: float = 0.1, seed: int = 0):
     """The precomputed twin of :func:`gradient_decay_explorer` for the HTML book: the radii
     of :data:`TWIN_RADII` and the lengths of :data:`TWIN_LENGTHS`."""
-    from ..experiments.recurrence import gradient_decay
 
     def caption(radius, length):
-        log_norms = gradient_decay(radius, length, d_model, input_std, seed=seed)
-        log10_far = float(log_norms[-1]) / math.log(10)
-        text = f"radius {radius:g}: the gradient {length} steps back is 10^{log10_far:.1f}"
-        return text, {"log10-far": f"{log10_far:.4f}"}
+        return gradient_decay_caption(radius, length, d_model, input_std, seed)
 
     controls = [Control("radius", [(f"{r:g}", r) for r in TWIN_RADII], TWIN_RADII.index(0.9)),
                 Control("length", [(str(n), n) for n in TWIN_LENGTHS], TWIN_LENGTHS.index(100))]

@@ -16,7 +16,7 @@ import torch
 from ..experiments.trained_heads import PositionSimilarity
 from ..pretrained import BertEncoder, trace_sentences
 from .style import _as_2d
-from .views import Control, can_build_twin, check_index, explorer_box, grid_explorer
+from .views import Control, can_build_twin, check_index, explorer_box, grid_explorer, show_view
 
 __all__ = ["plot_head_heatmap", "plot_position_similarity", "top_targets",
            "plot_trained_attention", "trained_attention_explorer", "trained_attention_twin"]
@@ -119,7 +119,6 @@ def trained_attention_explorer(model: BertEncoder, tokenizer: Any, sentences: Se
     heads ``twin_heads``, default all, opening on the same setting).
     Returns the widget box (display it as the last expression of a cell)."""
     import ipywidgets as w
-    from IPython.display import display
 
     sentences = _check_sentences(sentences)
     config = model.config
@@ -144,8 +143,7 @@ def trained_attention_explorer(model: BertEncoder, tokenizer: Any, sentences: Se
                 print(f"cannot trace this sentence: {error}")
                 return
             fig = _draw(*cache[text.value], layer.value, head.value)
-            display(fig)  # display + close: see figures.attention.attention_explorer
-            plt.close(fig)
+            show_view(fig, trained_caption(*cache[text.value], layer.value, head.value)[0])
 
     for control in (text, layer, head):
         control.observe(redraw, names="value")
@@ -161,6 +159,17 @@ def _check_sentences(sentences: Sequence[str]) -> list[str]:
             or not all(isinstance(s, str) and s.strip() for s in sentences):
         raise ValueError(f"sentences must be a non-empty list of non-empty strings, got {sentences!r}")
     return list(sentences)
+
+
+def trained_caption(tokens: Sequence[str], maps: torch.Tensor, layer: int,
+                    head: int) -> tuple[str, dict]:
+    """What a view of :func:`trained_attention_explorer` shows, in words (its alt text and
+    caption, live and in the HTML twin), and the numbers behind it: each token's top target
+    under the head. ``maps`` holds a sentence's attention maps, ``(L, H, T, T)``."""
+    top = top_targets(maps[layer, head])
+    pairs = ", ".join(f"{t}\u2192{tokens[j]}" for t, j in zip(tokens, top, strict=True))
+    return (f"layer {layer}, head {head}: {pairs}",
+            {"top": ",".join(map(str, top)), "layer": layer, "head": head})
 
 
 def trained_attention_twin(model: BertEncoder, tokenizer: Any, sentences: Sequence[str],
@@ -189,11 +198,7 @@ def trained_attention_twin(model: BertEncoder, tokenizer: Any, sentences: Sequen
     traced = [_sentence_maps(model, tokenizer, s) for s in sentences]
 
     def caption(s, layer, head):
-        tokens, maps = traced[s]
-        top = top_targets(maps[layer, head])
-        pairs = ", ".join(f"{t}\u2192{tokens[j]}" for t, j in zip(tokens, top, strict=True))
-        return (f"layer {layer}, head {head}: {pairs}",
-                {"top": ",".join(map(str, top)), "layer": layer, "head": head})
+        return trained_caption(*traced[s], layer, head)
 
     # Both ends of a long sentence: minimal pairs differ only at the end.
     short = [s if len(s) <= 40 else s[:18] + "..." + s[-19:] for s in sentences]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .views import Control, can_build_twin, explorer_box, grid_explorer
+from .views import Control, can_build_twin, explorer_box, grid_explorer, show_view
 
 __all__ = [
     "plot_translation",
@@ -50,8 +50,6 @@ def date_explorer(model, tokenizer, text: str = "Nov 29, 2026", twin: bool = Tru
     of each character and the cross-attention. A beam-size slider switches between
     greedy decoding (1) and beam search; input the model cannot read gets a message."""
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     from ..learning.decode import translate
 
@@ -66,9 +64,7 @@ def date_explorer(model, tokenizer, text: str = "Nov 29, 2026", twin: bool = Tru
             if result["error"]:
                 print(f"Cannot read this input: {result['error']}")
                 return
-            fig = plot_translation(result)
-            display(fig)
-            plt.close(fig)
+            show_view(plot_translation(result), date_caption(box.value, beam.value, result)[0])
 
     for control in (box, beam):
         control.observe(redraw, names="value")
@@ -83,6 +79,15 @@ def date_explorer(model, tokenizer, text: str = "Nov 29, 2026", twin: bool = Tru
 TWIN_INPUTS = ("2049.12.31", "1 January 1950", "Feb 30, 2020", "hello world")
 #: Beam sizes the HTML book's explorer offers, the live slider's ends among them.
 TWIN_BEAMS = (1, 2, 4, 8)
+
+
+def date_caption(text: str, beam: int, result: dict) -> tuple[str, dict]:
+    """What a view of :func:`date_explorer` shows, in words (its alt text and caption, live
+    and in the HTML twin), and the model's answer: ``result`` is
+    :func:`aiayn.learning.decode.translate`'s for ``text`` at beam size ``beam``."""
+    if result["error"]:
+        return f"{text!r}: {result['error']}", {"output": ""}
+    return f"{text!r} -> {result['output']!r} (beam {beam})", {"output": result["output"]}
 
 
 def date_twin(model, tokenizer, texts: Sequence[str]):
@@ -106,10 +111,7 @@ def date_twin(model, tokenizer, texts: Sequence[str]):
         return plot_translation(result)
 
     def caption(text, beam):
-        result = results[(text, beam)]
-        if result["error"]:
-            return f"{text!r}: {result['error']}", {"output": ""}
-        return f"{text!r} -> {result['output']!r} (beam {beam})", {"output": result["output"]}
+        return date_caption(text, beam, results[(text, beam)])
 
     controls = [Control("date", [(t, t) for t in texts], 0, "dropdown"),
                 Control("beam size", [(str(b), b) for b in TWIN_BEAMS], 0)]

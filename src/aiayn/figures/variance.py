@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from .views import Control, can_build_twin, explorer_box, grid_explorer
+from .views import Control, can_build_twin, explorer_box, grid_explorer, show_view
 
 __all__ = [
     "plot_dot_product_variance",
@@ -164,8 +164,6 @@ def scaling_explorer(n_keys: int = 16, seed: int = 0, twin: bool = True, d_k: in
     not NaN. Returns the widget box (display it as the last expression of a cell).
     """
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     _check_opening(d_k, scaled)
     width = w.SelectionSlider(style={"description_width": "initial"},
@@ -178,8 +176,7 @@ def scaling_explorer(n_keys: int = 16, seed: int = 0, twin: bool = True, d_k: in
         with out:
             out.clear_output(wait=True)
             fig = plot_scaling_view(width.value, divide.value, n_keys=n_keys, seed=seed)
-            display(fig)  # display + close: no leaked figures (see attention_explorer)
-            plt.close(fig)
+            show_view(fig, scaling_caption(width.value, divide.value, n_keys, seed)[0])
 
     for control in (width, divide):
         control.observe(redraw, names="value")
@@ -188,21 +185,27 @@ def scaling_explorer(n_keys: int = 16, seed: int = 0, twin: bool = True, d_k: in
     return explorer_box([w.HBox([width, divide]), out], twin)
 
 
+def scaling_caption(d_k: int, scaled: bool, n_keys: int = 16, seed: int = 0) -> tuple[str, dict]:
+    """What a view of :func:`scaling_explorer` shows, in words (its alt text and caption, live
+    and in the HTML twin), and the number behind it: the standard deviation of the scores."""
+    from ..experiments.variance import attention_score_rows
+
+    raw = attention_score_rows(d_k, 1000, n_keys, torch.Generator().manual_seed(seed),
+                               scaled=False)
+    scores = raw / math.sqrt(d_k) if scaled else raw
+    std = float(scores.flatten().std(unbiased=False))
+    return (f"d_k = {d_k}, {'scaled' if scaled else 'unscaled'}: the scores' standard "
+            f"deviation is {std:.2f}", {"std": f"{std:.4f}"})
+
+
 def scaling_twin(n_keys: int = 16, seed: int = 0, d_k: int = 64, scaled: bool = True):
     """The precomputed twin of :func:`scaling_explorer` for the HTML book: every ``d_k`` of
     the live slider (1 to 1024) with the scaling on and off, opening on ``d_k`` and
     ``scaled``."""
-    from ..experiments.variance import attention_score_rows
-
     _check_opening(d_k, scaled)
 
     def caption(d_k, scaled):
-        raw = attention_score_rows(d_k, 1000, n_keys, torch.Generator().manual_seed(seed),
-                                   scaled=False)
-        scores = raw / math.sqrt(d_k) if scaled else raw
-        std = float(scores.flatten().std(unbiased=False))
-        return (f"d_k = {d_k}, {'scaled' if scaled else 'unscaled'}: the scores' standard "
-                f"deviation is {std:.2f}", {"std": f"{std:.4f}"})
+        return scaling_caption(d_k, scaled, n_keys, seed)
 
     controls = [Control("d_k", [(str(d), d) for d in SCALING_D_KS], SCALING_D_KS.index(d_k)),
                 Control("divide by sqrt(d_k)", [("yes", True), ("no", False)],

@@ -22,6 +22,7 @@ browser test can check what a setting shows against what the package computes.
 
 from __future__ import annotations
 
+import base64
 import functools
 import html
 import io
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Control", "grid_explorer", "grid_size", "explorer_box", "can_build_twin", "figure_png",
-           "TWINS_VARIABLE", "check_index"]
+           "TWINS_VARIABLE", "check_index", "show_view"]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -101,6 +102,25 @@ def figure_png(fig, dpi: int = 60, colors: int = 64) -> bytes:
     Image.open(raw).convert("RGB").quantize(colors=colors).save(small, format="png",
                                                                   optimize=True)
     return small.getvalue()
+
+
+def show_view(fig, text: str) -> None:
+    """Display a live explorer's view (inside its ``Output``): ``fig`` as an image whose alt
+    text is ``text``, and ``text`` as its caption, so that a reader who cannot see the figure
+    gets what it shows for the setting just chosen (as the HTML twin's views do). ``text`` is
+    the caption the twin gives the same setting. The figure is rendered as the inline backend
+    would (its own dpi, a tight box), then closed, so that no redraw leaks a figure."""
+    import matplotlib.pyplot as plt
+    from IPython.display import HTML, display
+
+    raw = io.BytesIO()
+    fig.savefig(raw, format="png", bbox_inches="tight")
+    plt.close(fig)
+    source = "data:image/png;base64," + base64.b64encode(raw.getvalue()).decode("ascii")
+    alt = html.escape(text)
+    display(HTML(f'<figure class="aiayn-live-view" style="margin: 0">'
+                 f'<img src="{source}" alt="{alt}" style="max-width: 100%">'
+                 f'<figcaption>{alt}</figcaption></figure>'))
 
 
 def _control_widget(control: Control):
