@@ -10,27 +10,9 @@ import torch
 __all__ = ["use_book_style"]
 
 
-#: Markers of the book's line cycle: each line of a legend differs from the others by its marker
-#: as well as its colour, for readers who cannot tell the colours apart (issue 26).
-LINE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-
-
-def _line_cycle():
-    """Matplotlib's first colours, each with its own marker, drawn at every tenth of the line's
-    length (``markevery=0.1``) so that dense curves stay lines. A line given a format string
-    (``"k--"``) or its own marker keeps them."""
-    from cycler import cycler
-
-    colors = plt.rcParamsDefault["axes.prop_cycle"].by_key()["color"][:len(LINE_MARKERS)]
-    return (cycler(color=colors) + cycler(marker=list(LINE_MARKERS))
-            + cycler(markevery=[0.1] * len(LINE_MARKERS)))
-
-
 def use_book_style() -> None:
-    """One look for every figure of the book: readable fonts, no top/right spines, lines told
-    apart by marker as well as colour, PNG output."""
+    """One look for every figure of the book: readable fonts, no top/right spines, PNG output."""
     plt.rcParams.update({
-        "axes.prop_cycle": _line_cycle(),
         "figure.figsize": (6.4, 4.0),
         "figure.dpi": 100,
         "savefig.dpi": 100,
