@@ -504,8 +504,10 @@ def test_run_nbval_stops_when_the_kernel_dies(tmp_path):
     """A parent that waits forever on a child that has died is stopped, and reported."""
     import sys
 
-    waits = "import subprocess, time\nsubprocess.Popen(['true'])\ntime.sleep(600)\n"
-    run = run_nbval([sys.executable, "-c", waits], tmp_path, dict(os.environ), poll=0.5)
+    # (the child is kept referenced: a Popen object that is collected reaps its process)
+    waits = "import subprocess, time\nchild = subprocess.Popen(['true'])\ntime.sleep(600)\n"
+    run = run_nbval([sys.executable, "-c", waits], tmp_path, dict(os.environ), timeout=120,
+                    poll=0.5)
     assert run.kernel_died and run.returncode != 0
     finished = run_nbval([sys.executable, "-c", "print('ok')"], tmp_path, dict(os.environ),
                          poll=0.5)

@@ -376,11 +376,18 @@ def _package_problems(chapter: str, view: dict) -> list[str]:
             return [f"{name}: the view's top targets {top} do not fit its caption {view['text']!r}"]
     if name.startswith("08_") and "crossover" in view:
         from aiayn.experiments.costs import crossover_length
+        from aiayn.figures.costs import complexity_caption
 
         d = int(re.search(r"d = (\d+)", view["text"])[1])
         if float(view["crossover"]) != crossover_length(d):
             return [f"{name}: crossover {view['crossover']} at d = {d}, the package "
                     f"{crossover_length(d)}"]
+        # the whole caption, kernel and window included, is the package's for this setting
+        k, r, n_max = (int(re.search(pattern, view["text"])[1])
+                       for pattern in (r"k = (\d+)", r"r = (\d+)", r"at n = (\d+), FLOPs"))
+        if view["text"] != complexity_caption(d, k, r, n_max)[0]:
+            return [f"{name}: the caption {view['text']!r} is not the package's for d = {d}, "
+                    f"k = {k}, r = {r}, n = {n_max}"]
     return []
 
 

@@ -103,10 +103,12 @@ def test_live_views_are_described_by_the_twins_captions(described):
     assert described[-1] == scaling_caption(64, False, 4)[0]
 
     box = complexity_explorer(d=64, twin=False)
-    width, _ = box.children[0].children
+    width, kernel = box.children[0].children
     width.value = 128
-    assert described[-1] == complexity_caption(128, 8192)[0]
+    assert described[-1] == complexity_caption(128, 3, 31, 8192)[0]
     assert "n = 128" in described[-1]
+    kernel.value = 9  # the kernel changes the convolution's curve: the words say so
+    assert described[-1] == complexity_caption(128, 9, 31, 8192)[0] != described[-2]
 
 
 def test_live_date_views_name_the_map_and_the_answer(described):
@@ -126,3 +128,35 @@ def test_live_date_views_name_the_map_and_the_answer(described):
     beam.value = 4
     four = translate(model, tokenizer, "Nov 29, 2026", 4)["output"]
     assert described[-1] == f"'Nov 29, 2026' -> {four!r} (beam 4)"
+
+
+def test_live_head_views_are_described_by_the_twins_captions(described):
+    from aiayn.experiments.heads import TinyEncoder
+    from aiayn.figures.heads import head_caption, head_explorer
+
+    torch.manual_seed(0)
+    model = TinyEncoder(16, 16, d_model=16, n_heads=2, n_layers=2, d_ff=16, max_len=8)
+    tokens = torch.randint(0, 16, (3, 6), generator=torch.Generator().manual_seed(1))
+    box = head_explorer({"tiny": model}, tokens, [list("abcdef")] * 3, twin=False)
+    (_, layer, head), example = box.children[0].children, box.children[1]
+    layer.value, head.value, example.value = 1, 1, 2
+    maps = {"tiny": model.attention_maps(tokens).cpu()}  # (L, N, H, T, T)
+    assert described[-1] == head_caption(maps, "tiny", 1, 1, 2)[0]
+    assert described[-1].startswith("tiny, layer 1, head 1, input 2: mean top weight ")
+
+
+def test_live_trained_views_are_described_by_the_twins_captions(described):
+    from aiayn.figures.trained_heads import (
+        _sentence_maps,
+        trained_attention_explorer,
+        trained_caption,
+    )
+    from aiayn.pretrained import load_minilm, load_tokenizer
+
+    model, tokenizer = load_minilm(), load_tokenizer()
+    box = trained_attention_explorer(model, tokenizer, ["Cats sleep."], twin=False)
+    layer, head = box.children[1].children
+    layer.value, head.value = 3, 7
+    assert described[-1] == trained_caption(*_sentence_maps(model, tokenizer, "Cats sleep."),
+                                            3, 7)[0]
+    assert described[-1].startswith("layer 3, head 7: ")

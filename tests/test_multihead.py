@@ -297,8 +297,20 @@ def test_plots():
     assert [p.get_height() for p in ax.patches] == [0.5, 0.2, 0.1]
     fig = plot_head_view(maps[:, 0], labels, layer=1, head=1, matching=matching[0].tolist())
     bars = fig.axes[1].patches
-    widths = np.array([b.get_width() for b in bars]).reshape(4, 8).sum(0)
-    np.testing.assert_allclose(widths, 1.0, atol=1e-6)  # the four shares fill each row
+    widths = np.array([b.get_width() for b in bars]).reshape(-1, 8).sum(0)
+    np.testing.assert_allclose(widths, 1.0, atol=1e-6)  # the shares fill each row
+    # A query whose matching token is its previous token: that weight is one hatched segment,
+    # counted once, and the row still sums to 1.
+    w = torch.full((1, 1, 3, 3), 0.1, dtype=torch.float64)
+    w[0, 0, 2] = torch.tensor([0.1, 0.8, 0.1], dtype=torch.float64)
+    fig = plot_head_view(w, ["a", "b", "c"], matching=[1, 0, 1])
+    bars = fig.axes[1].patches
+    widths = np.array([b.get_width() for b in bars]).reshape(-1, 3)
+    np.testing.assert_allclose(widths.sum(0), 1.0, atol=1e-12)
+    hatched = [float(b.get_width()) for b in bars if b.get_hatch()]
+    assert hatched == [0.0, 0.1, 0.8]  # rows b and c: each one's match is its previous token
+    # the means count that weight for both relations, as the chapter's table does
+    assert fig.axes[1].get_title() == "mean: previous 0.45, matching 0.33"
     with pytest.raises(ValueError, match=r"head must be in \[0, 1\], got 2"):
         plot_head_view(maps[:, 0], labels, head=2)
     with pytest.raises(ValueError, match=r"layer must be in \[0, 1\], got -1"):

@@ -14,8 +14,15 @@ import torch
 from .style import _as_2d
 from .views import Control, can_build_twin, explorer_box, grid_explorer, show_view
 
-__all__ = ["plot_attention", "plot_weight_bars", "plot_attention_view", "attention_explorer",
-           "attention_twin", "TWIN_TEMPERATURES"]
+__all__ = [
+    "plot_attention",
+    "plot_weight_bars",
+    "plot_attention_view",
+    "attention_explorer",
+    "attention_twin",
+    "TWIN_TEMPERATURES",
+    "attention_caption",
+]
 
 
 def plot_attention(

@@ -19,6 +19,7 @@ __all__ = [
     "complexity_explorer",
     "complexity_twin",
     "complexity_twin_grid",
+    "complexity_caption",
 ]
 
 
@@ -130,7 +131,8 @@ def complexity_explorer(d: int = 512, twin: bool = True, k: int = 3, r: int = 31
             out.clear_output(wait=True)
             fig, ax = plt.subplots()
             plot_layer_costs(width.value, kernel.value, window.value, largest.value, ax=ax)
-            show_view(fig, complexity_caption(width.value, largest.value)[0])
+            setting = (width.value, kernel.value, window.value, largest.value)
+            show_view(fig, complexity_caption(*setting)[0])
 
     for control in sliders.values():
         control.observe(redraw, names="value")
@@ -139,18 +141,24 @@ def complexity_explorer(d: int = 512, twin: bool = True, k: int = 3, r: int = 31
     return explorer_box([w.HBox([width, kernel]), w.HBox([window, largest]), out], twin)
 
 
-def complexity_caption(d: int, n_max: int) -> tuple[str, dict]:
+def complexity_caption(d: int, k: int, r: int, n_max: int) -> tuple[str, dict]:
     """What a view of :func:`complexity_explorer` shows, in words (its alt text and caption,
     live and in the HTML twin), and the numbers behind it: where self-attention and recurrence
-    cost the same, and their ratio at the largest ``n``."""
+    cost the same, and each layer's FLOPs against the recurrent layer's at the largest ``n``
+    (the convolution with kernel ``k``, restricted attention with window ``r``)."""
     from ..experiments.costs import crossover_length, layer_cost
 
-    attention = layer_cost("self-attention", n_max, d).flops
-    recurrent = layer_cost("recurrent", n_max, d).flops
+    flops = {kind: layer_cost(kind, n_max, d, k=k, r=r).flops
+             for kind in ("self-attention", "recurrent", "convolutional", "restricted")}
+    ratio = {kind: value / flops["recurrent"] for kind, value in flops.items()}
     cross = crossover_length(d)
-    return (f"d = {d}: self-attention and recurrence cost the same at n = {cross:g}; "
-            f"at n = {n_max} attention / recurrent FLOPs = {attention / recurrent:.3g}",
-            {"crossover": f"{cross:g}", "ratio": f"{attention / recurrent:.6g}"})
+    return (f"d = {d}, k = {k}, r = {r}: self-attention and recurrence cost the same at "
+            f"n = {cross:g}; at n = {n_max}, FLOPs against recurrence: self-attention "
+            f"{ratio['self-attention']:.3g}, convolution {ratio['convolutional']:.3g}, "
+            f"restricted attention {ratio['restricted']:.3g}",
+            {"crossover": f"{cross:g}", "ratio": f"{ratio['self-attention']:.6g}",
+             "conv-ratio": f"{ratio['convolutional']:.6g}",
+             "restricted-ratio": f"{ratio['restricted']:.6g}"})
 
 
 def complexity_twin_grid(d: int = 512, k: int = 3, r: int = 255,
@@ -170,7 +178,7 @@ def complexity_twin(d: int = 512, k: int = 3, r: int = 255, n_max: int = 8192):
     ``r`` and ``n_max``."""
 
     def caption(width, k, r, n_max):
-        return complexity_caption(width, n_max)
+        return complexity_caption(width, k, r, n_max)
 
     grid = complexity_twin_grid(d, k, r, n_max)
     chosen = {"d": d, "k": k, "r": r, "n_max": n_max}

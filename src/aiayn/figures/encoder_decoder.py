@@ -23,6 +23,7 @@ __all__ = [
     "encoder_decoder_explorer",
     "encoder_decoder_twin",
     "TWIN_DATES",
+    "encoder_decoder_caption",
 ]
 
 

@@ -19,6 +19,8 @@ __all__ = [
     "plot_head_view",
     "head_explorer",
     "head_twin",
+    "head_caption",
+    "RELATION_COLORS",
 ]
 
 
@@ -30,15 +32,19 @@ RELATION_COLORS = {"previous": "tab:blue", "matching": "tab:orange", "itself": "
 
 def _mark_relations(ax: plt.Axes, n_rows: int, matching: Sequence[int] | None) -> None:
     """Outline, in each query row, the previous token (blue) and the matching one (orange,
-    dashed)."""
+    dashed). Each outline has a white rim, so that the blue one shows on the map's blue cells."""
+    from matplotlib import patheffects
+
+    rim = [patheffects.Stroke(linewidth=3.5, foreground="white"), patheffects.Normal()]
     for t in range(n_rows):
         if t > 0:
             ax.add_patch(plt.Rectangle((t - 1.5, t - 0.5), 1, 1, fill=False,
-                                       edgecolor=RELATION_COLORS["previous"], linewidth=1.5))
+                                       edgecolor=RELATION_COLORS["previous"], linewidth=1.5,
+                                       path_effects=rim))
         if matching is not None:
             ax.add_patch(plt.Rectangle((int(matching[t]) - 0.5, t - 0.5), 1, 1, fill=False,
                                        edgecolor=RELATION_COLORS["matching"], linewidth=1.5,
-                                       linestyle="--"))
+                                       linestyle="--", path_effects=rim))
 
 
 def plot_head_maps(
@@ -106,7 +112,9 @@ def plot_head_view(
 ) -> plt.Figure:
     """The chapter-4 explorer's view of one input: the map of one head of one layer
     (``maps`` is ``(L, H, T, T)``), and the share of each query's attention that lands
-    on the previous token, the matching token, itself, and elsewhere."""
+    on the previous token, the matching token, itself, and elsewhere. Where the matching token
+    is the previous token, its weight is one segment (blue, hatched orange), counted once; the
+    title's means count it for both relations, as the chapter's table does."""
     maps = torch.as_tensor(maps).detach().cpu().double()
     if maps.dim() != 4 or maps.shape[-1] != maps.shape[-2]:
         raise ValueError(f"maps must be (layers, heads, T, T), got shape {tuple(maps.shape)}")
@@ -124,7 +132,12 @@ def plot_head_view(
     itself = w.diagonal()
     match = (w[t, torch.as_tensor(list(matching))] if matching is not None
              else torch.zeros(n, dtype=w.dtype))
-    other = (1 - previous - itself - match).clamp_min(0)
+    # (T,): queries whose matching token is their previous token: one weight, drawn once
+    same = torch.zeros(n, dtype=torch.bool)
+    if matching is not None:
+        same[1:] = torch.as_tensor(list(matching))[1:] == t[1:] - 1
+    both = torch.where(same, previous, torch.zeros_like(previous))
+    other = (1 - previous - itself - match + both).clamp_min(0)
     if fig is None:
         fig = plt.figure(figsize=(10, 4))
     ax_map, ax_bar = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.05, 1]})
@@ -133,20 +146,25 @@ def plot_head_view(
     ax_map.set_yticks(range(n), list(tokens), fontsize=8)
     ax_map.set_xlabel("key")
     ax_map.set_ylabel("query")
-    ax_map.set_title(f"layer {layer}, head {head} of {n_heads}")
+    counted = f"heads 0 to {n_heads - 1}" if n_heads > 1 else "the only head"
+    ax_map.set_title(f"layer {layer}, head {head} ({counted})")
     _mark_relations(ax_map, n, matching)
     fig.colorbar(image, ax=ax_map, fraction=0.046, pad=0.04, label="weight")
     bottom = np.zeros(n)
-    for part, label in ((previous, "previous"), (match, "matching"), (itself, "itself"),
-                        (other, "elsewhere")):
-        ax_bar.barh(range(n), part.numpy(), left=bottom, color=RELATION_COLORS[label],
-                    label=label)
+    for part, label in ((previous - both, "previous"), (both, "previous = matching"),
+                        (match - both, "matching"), (itself, "itself"), (other, "elsewhere")):
+        if label == "previous = matching" and not same.any():
+            continue
+        style = ({"color": RELATION_COLORS["previous"], "hatch": "//",
+                  "edgecolor": RELATION_COLORS["matching"], "linewidth": 0}
+                 if label == "previous = matching" else {"color": RELATION_COLORS[label]})
+        ax_bar.barh(range(n), part.numpy(), left=bottom, label=label, **style)
         bottom += part.numpy()
     ax_bar.set_yticks(range(n), list(tokens), fontsize=8)
     ax_bar.invert_yaxis()  # same row order as the map
     ax_bar.set_xlim(0, 1)
     ax_bar.set_xlabel("share of the query's attention")
-    ax_bar.legend(frameon=False, ncols=4, fontsize=8, loc="upper center",
+    ax_bar.legend(frameon=False, ncols=3 if same.any() else 4, fontsize=8, loc="upper center",
                   bbox_to_anchor=(0.5, -0.13))  # below the axis: no bar hidden
     prev_mean = float(previous[1:].mean()) if n > 1 else 0.0
     ax_bar.set_title(f"mean: previous {prev_mean:.2f}, matching {float(match.mean()):.2f}")

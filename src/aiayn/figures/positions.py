@@ -15,7 +15,11 @@ __all__ = [
     "plot_positional_encoding",
     "plot_positional_view",
     "plot_accuracy_curves",
-    "positional_explorer", "positional_twin", "positional_twin_grid"]
+    "positional_explorer",
+    "positional_twin",
+    "positional_twin_grid",
+    "positional_caption",
+]
 
 
 def plot_positional_encoding(

@@ -18,6 +18,7 @@ __all__ = [
     "gradient_decay_twin",
     "TWIN_RADII",
     "TWIN_LENGTHS",
+    "gradient_decay_caption",
 ]
 
 

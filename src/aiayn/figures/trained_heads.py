@@ -18,8 +18,15 @@ from ..pretrained import BertEncoder, trace_sentences
 from .style import _as_2d
 from .views import Control, can_build_twin, check_index, explorer_box, grid_explorer, show_view
 
-__all__ = ["plot_head_heatmap", "plot_position_similarity", "top_targets",
-           "plot_trained_attention", "trained_attention_explorer", "trained_attention_twin"]
+__all__ = [
+    "plot_head_heatmap",
+    "plot_position_similarity",
+    "top_targets",
+    "plot_trained_attention",
+    "trained_attention_explorer",
+    "trained_attention_twin",
+    "trained_caption",
+]
 
 
 def plot_head_heatmap(values, ax: plt.Axes | None = None, title: str | None = None,

@@ -17,6 +17,7 @@ __all__ = [
     "date_twin",
     "TWIN_INPUTS",
     "TWIN_BEAMS",
+    "date_caption",
 ]
 
 

@@ -17,7 +17,11 @@ __all__ = [
     "plot_dot_product_variance",
     "plot_scaling_view",
     "plot_scaling_training",
-    "scaling_explorer", "scaling_twin", "SCALING_D_KS"]
+    "scaling_explorer",
+    "scaling_twin",
+    "SCALING_D_KS",
+    "scaling_caption",
+]
 
 #: The ``d_k`` values of chapter 3's explorer, live and in the HTML book's twin alike.
 SCALING_D_KS = tuple(2**i for i in range(11))
