@@ -138,10 +138,9 @@ nbval:
 	$(BIN)/python -m pytest tests/test_colab_like.py -m notebooks -p no:cacheprovider -n 2 --maxschedchunk=1 --durations=0
 
 # Needs the built book ($(HTML)); `make test` builds it first. Then chapter 2 is run
-# in JupyterLab (offline) and its prose's bound numbers are read as rendered there.
-# Two workers: each starts its own browser, and each JupyterLab test its own server, so the
-# pages' checks fill the time of the two JupyterLab ones instead of queueing behind them on one
-# worker. --dist loadgroup: the tests of one page run on one worker, which opens it once.
+# in JupyterLab (offline) and the bound numbers of its first cell that has them are read as
+# rendered there. Two workers: each starts its own browser, and each JupyterLab test its own
+# server. --dist loadgroup: the tests of one page run on one worker, which opens it once.
 html-check:
 	$(ONE_THREAD) $(BIN)/python -m pytest tests/test_html.py tests/test_jupyterlab.py -m browser -p no:cacheprovider \
 	    -n 2 --dist loadgroup --durations=0

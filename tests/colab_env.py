@@ -53,7 +53,8 @@ COLAB_RUNTIME = {
     "tornado": "6.5.7",
     "matplotlib-inline": "0.2.2",
     "pillow": "11.3.0",
-    # Preinstalled and unused by the book: pinned so that nothing installed moves them.
+    # Preinstalled, pinned so that nothing installed moves them: transformers, safetensors and
+    # tokenizers, which chapter 10 uses; plotly and altair, which the book does not.
     "transformers": "5.15.0",
     "safetensors": "0.8.0",
     "tokenizers": "0.22.2",

@@ -310,7 +310,7 @@ def test_plots():
     hatched = [float(b.get_width()) for b in bars if b.get_hatch()]
     assert hatched == [0.0, 0.1, 0.8]  # rows b and c: each one's match is its previous token
     # the means count that weight for both relations, as the chapter's table does
-    assert fig.axes[1].get_title() == "mean: previous 0.45, matching 0.33"
+    assert fig.axes[1].get_title() == "mean: previous 0.45, matching 0.45"
     with pytest.raises(ValueError, match=r"head must be in \[0, 1\], got 2"):
         plot_head_view(maps[:, 0], labels, head=2)
     with pytest.raises(ValueError, match=r"layer must be in \[0, 1\], got -1"):

@@ -24,8 +24,9 @@ __all__ = [
 ]
 
 
-#: The colours of the relations in chapter 4's figures: blue and orange, which stay apart under
-#: the common colour-vision deficiencies (green and orange do not: tests/test_colour_vision.py).
+#: Chapter 4's relation colours, blue and orange for the previous and the matching token (they
+#: stay apart under the common colour-vision deficiencies, as green and orange do not; see
+#: tests/test_colour_vision.py).
 RELATION_COLORS = {"previous": "tab:blue", "matching": "tab:orange", "itself": "tab:gray",
                    "elsewhere": "#e0e0e0"}
 
@@ -166,8 +167,10 @@ def plot_head_view(
     ax_bar.set_xlabel("share of the query's attention")
     ax_bar.legend(frameon=False, ncols=3 if same.any() else 4, fontsize=8, loc="upper center",
                   bbox_to_anchor=(0.5, -0.13))  # below the axis: no bar hidden
+    # over the queries after the first, as the chapter's table (query 0 has no previous token)
     prev_mean = float(previous[1:].mean()) if n > 1 else 0.0
-    ax_bar.set_title(f"mean: previous {prev_mean:.2f}, matching {float(match.mean()):.2f}")
+    match_mean = float(match[1:].mean()) if n > 1 else 0.0
+    ax_bar.set_title(f"mean: previous {prev_mean:.2f}, matching {match_mean:.2f}")
     return fig
 
 
