@@ -104,8 +104,10 @@ test:
 	trap 'kill $$build $$book 2>/dev/null || true' EXIT; \
 	$(MAKE) --no-print-directory unit; at "unit tests passed"; \
 	wait $$book || { cat _build/book.log; exit 1; }; tail -n 3 _build/book.log; at "book built"; \
+	trap 'kill $$build 2>/dev/null || true' EXIT; \
 	echo "waiting for the Colab-like environment ($(COLAB_ENV).log)"; \
 	wait $$build || { tail -n 40 $(COLAB_ENV).log; exit 1; }; at "Colab-like environment ready"; \
+	trap - EXIT; \
 	nbval=0; AIAYN_COLAB_ENV=$(COLAB_ENV) $(MAKE) --no-print-directory nbval || nbval=$$?; \
 	at "nbval ended"; checks=0; $(MAKE) --no-print-directory html-check || checks=$$?; \
 	at "browser checks ended"; test $$nbval = 0 && test $$checks = 0
