@@ -137,7 +137,7 @@ def plot_head_view(
     same = torch.zeros(n, dtype=torch.bool)
     if matching is not None:
         same[1:] = torch.as_tensor(list(matching))[1:] == t[1:] - 1
-    both = torch.where(same, previous, torch.zeros_like(previous))
+    both = previous * same
     other = (1 - previous - itself - match + both).clamp_min(0)
     if fig is None:
         fig = plt.figure(figsize=(10, 4))
@@ -152,13 +152,15 @@ def plot_head_view(
     _mark_relations(ax_map, n, matching)
     fig.colorbar(image, ax=ax_map, fraction=0.046, pad=0.04, label="weight")
     bottom = np.zeros(n)
-    for part, label in ((previous - both, "previous"), (both, "previous = matching"),
-                        (match - both, "matching"), (itself, "itself"), (other, "elsewhere")):
-        if label == "previous = matching" and not same.any():
-            continue
-        style = ({"color": RELATION_COLORS["previous"], "hatch": "//",
-                  "edgecolor": RELATION_COLORS["matching"], "linewidth": 0}
-                 if label == "previous = matching" else {"color": RELATION_COLORS[label]})
+    segments = [(previous - both, "previous", {"color": RELATION_COLORS["previous"]})]
+    if same.any():  # blue hatched orange: one weight that is both relations
+        segments.append((both, "previous = matching",
+                         {"color": RELATION_COLORS["previous"], "hatch": "//",
+                          "edgecolor": RELATION_COLORS["matching"], "linewidth": 0}))
+    segments += [(part, label, {"color": RELATION_COLORS[label]})
+                 for part, label in ((match - both, "matching"), (itself, "itself"),
+                                     (other, "elsewhere"))]
+    for part, label, style in segments:
         ax_bar.barh(range(n), part.numpy(), left=bottom, label=label, **style)
         bottom += part.numpy()
     ax_bar.set_yticks(range(n), list(tokens), fontsize=8)
