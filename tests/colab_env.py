@@ -126,6 +126,19 @@ def _pins() -> list[str]:
     return [f"{name}=={version}" for name, version in COLAB_RUNTIME.items()]
 
 
+def _installer(python: Path) -> list:
+    """The command that installs into ``python``'s environment: uv when `make venv` put it in
+    .venv (it downloads and unpacks in parallel: measured, this environment in 12 s of wall time
+    and 19 s of CPU, against pip's 65 s and 62 s, with the same versions), else pip. Neither
+    writes byte-code for the 5 GB installed: the kernels compile only what they import, once
+    per worker (_clean_env). The chapters' own first cell installs aiayn with the
+    environment's pip, as in Colab."""
+    uv = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "uv"
+    if uv.exists():
+        return [uv, "pip", "install", "--quiet", "--python", python]
+    return [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
+
+
 def _build_colab_env(root: Path) -> None:
     """``root/venv``: Colab's Python with Colab's pinned packages, the checker (installed
     under those pins as constraints), and a stand-in google.colab."""
@@ -134,10 +147,7 @@ def _build_colab_env(root: Path) -> None:
     constraints = root / "colab-constraints.txt"
     constraints.write_text("\n".join(_pins()) + "\n")
     python = env_dir / "bin" / "python"
-    # --no-compile: no byte-code for the 5 GB installed (a minute of CPU); the kernels
-    # compile only what they import, once per worker (_clean_env)
-    run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
-         "-c", constraints, *_pins(), *CHECKER_PACKAGES], timeout=1800)
+    run([*_installer(python), "-c", constraints, *_pins(), *CHECKER_PACKAGES], timeout=1800)
     site = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
     Path(site.stdout.strip(), "sitecustomize.py").write_text(SITECUSTOMIZE)
 
