@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
+from .style import MARKERS, mark_every
 from .views import Control, can_build_twin, explorer_box, grid_explorer, show_view
 
 __all__ = [
@@ -47,8 +48,9 @@ def plot_gradient_decay(
         rate = fit_geometric_rate(log_norms, start=min(10, length - 1))
         log10 = log_norms.numpy() / math.log(10)
         low, high = min(low, log10.min()), max(high, log10.max())
-        color = f"C{i % 10}"
-        ax.semilogy(k, 10.0 ** np.clip(log10, -300, 300), color=color,
+        color = f"C{i % 10}"  # the dashes mean "prediction": the curves differ by marker
+        ax.semilogy(k, 10.0 ** np.clip(log10, -300, 300), color=color, linestyle="-",
+                    marker=MARKERS[i % len(MARKERS)], markevery=mark_every(len(k)), markersize=4,
                     label=f"radius {radius:g}: rate {rate:.3f}")
         reference = np.clip(k * math.log10(radius), -300, 300)
         ax.semilogy(k, 10.0 ** reference, color=color, linestyle="--", linewidth=0.8)
