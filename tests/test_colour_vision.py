@@ -17,7 +17,9 @@ checks can fail.
 Categorical colours that tell things apart by colour alone (chapter 4's relations: the
 previous token, the matching one, the token itself, elsewhere, as boxes and stacked bars) must
 stay at least 20 apart (Delta E) under every vision; green and orange, which chapter 4 once
-used, are 4.6 apart under protanopia and fail. The lines of a legend are not checked here.
+used, are 4.6 apart under protanopia and fail; so must chapter 8's four layers (their colours
+were once blue and purple, 2.7 apart under protanopia). That the lines of a legend differ by
+more than colour is checked in tests/test_legends.py.
 """
 
 import re
@@ -139,6 +141,12 @@ def test_chapter4_relation_colours_stay_apart():
     from aiayn.figures.heads import RELATION_COLORS
 
     assert not categorical_problems(RELATION_COLORS)
+
+
+def test_chapter8_layer_colours_stay_apart():
+    from aiayn.figures.costs import LAYER_STYLES
+
+    assert not categorical_problems({kind: style["color"] for kind, style in LAYER_STYLES.items()})
 
 
 def test_green_and_orange_fail():

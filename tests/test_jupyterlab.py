@@ -46,6 +46,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from test_html import accessibility_violations, blocking_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "book" / "02_scaled_dot_product_attention.ipynb"
@@ -624,6 +625,11 @@ index => {
 """
 
 
+# Whether an element has the keyboard focus and draws a ring of at least 2 px around it.
+FOCUS_RING = """el => document.activeElement === el && el.matches(':focus-visible')
+  && getComputedStyle(el).outlineStyle !== 'none' && parseFloat(getComputedStyle(el).outlineWidth) >= 2"""
+
+
 def _explorer_notebook(path: Path) -> list[str]:
     cells = [{"cell_type": "code", "metadata": {}, "source": EXPLORER_SETUP, "outputs": [],
               "execution_count": None}]
@@ -650,7 +656,9 @@ def explorer_lab(tmp_path_factory):
 def test_every_live_explorer_redraws_in_jupyterlab(browser, explorer_lab, request):
     """Run all cells; in each explorer move one control; its figure must be redrawn (a new
     image) with a new text alternative (its caption, as alt text and on screen), with no error
-    output and no request to another host."""
+    output and no request to another host. A slider moved by the keyboard shows a focus ring,
+    and axe-core finds no serious or critical violation in the explorers' outputs (a slider
+    named by its label, among others)."""
     page = LabPage(browser, explorer_lab)
     try:
         page.open()
@@ -672,6 +680,10 @@ def test_every_live_explorer_redraws_in_jupyterlab(browser, explorer_lab, reques
             else:
                 control.focus()
                 control.press(action)
+                # moved by the keyboard: the handle has the focus, and shows it
+                ring = control.evaluate(FOCUS_RING)
+                if not ring:
+                    problems.append(f"chapter {chapter}: the focused {selector} shows no ring")
             try:
                 page.page.wait_for_function(
                     "([index, before]) => { const o = (" + OUTPUT_OF + ")(index);"
@@ -692,6 +704,10 @@ def test_every_live_explorer_redraws_in_jupyterlab(browser, explorer_lab, reques
             if after["alts"] == before["alts"]:
                 problems.append(f"chapter {chapter}: the view's text alternative did not change "
                                 f"after moving {selector}: {after['alts']}")
+        # Every control and view of the live explorers, for a screen reader (axe-core, as on
+        # the HTML pages): a name for each control, a text alternative for each view.
+        violations = accessibility_violations(page.page, ".jp-Notebook .jp-OutputArea")
+        problems += [f"accessibility: {p}" for p in blocking_problems(violations)]
         assert not problems, "\n".join(problems)
         assert not page.external, f"requests to other hosts: {page.external}"
     except BaseException:

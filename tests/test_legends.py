@@ -83,3 +83,11 @@ def test_no_committed_output_holds_a_legend_report():
                 if LEGEND_WARNING in text:
                     reported.append(f"{path.name} cell {number}: {text.strip()}")
     assert not reported, "\n".join(reported)
+
+
+def test_mark_every_spaces_markers_by_index():
+    from aiayn.figures.style import mark_every
+
+    assert mark_every(1200) == 120 and mark_every(101) == 10 and mark_every(5) == 1
+    with pytest.raises(ValueError, match="n_points and n_marks must be positive"):
+        mark_every(0)

@@ -55,9 +55,10 @@ def plot_architecture(config: TransformerConfig, ax=None):
                                     fc=colors[kind], ec="0.3", lw=1))
         ax.text(x, y, text, ha="center", va="center", fontsize=8.5)
 
-    def arrow(points, color="0.25"):
+    def arrow(points, color="0.25", linestyle="-"):
         (*path, (x1, y1)) = points
-        ax.plot([p[0] for p in points[:-1]], [p[1] for p in points[:-1]], color=color, lw=1)
+        ax.plot([p[0] for p in points[:-1]], [p[1] for p in points[:-1]], color=color, lw=1,
+                linestyle=linestyle)
         ax.annotate("", (x1, y1), path[-1], arrowprops=dict(arrowstyle="-|>", color=color, lw=1))
 
     add = "Add & Norm" if not c.norm_first else "Add (LayerNorm on the sub-layer's input)"
@@ -176,7 +177,7 @@ def plot_seed_scores(scores: dict, xlabel: str = "exact match", ax: plt.Axes | N
         x = np.asarray(values, dtype=float)
         ax.plot(x, np.full_like(x, row), "o", color="C0", alpha=0.8,
                 label="one seed" if row == 0 else None)
-        ax.plot([x.mean()] * 2, [row - 0.3, row + 0.3], color="C3", lw=2,
+        ax.plot([x.mean()] * 2, [row - 0.3, row + 0.3], color="C3", lw=2, linestyle="-",
                 label="mean of the seeds" if row == 0 else None)
     ax.set_yticks(range(len(scores)), list(scores))
     ax.invert_yaxis()  # the first setting on top

@@ -19,14 +19,15 @@ from matplotlib.lines import Line2D
 __all__ = ["BOOK_LINE_STYLES", "MARKERS", "legend_problems", "mark_every", "use_book_style",
            "watch_legends"]
 
-#: One dash pattern for each colour of matplotlib's ten default colours, in their order: the
-#: four named ones (solid, dashed, dotted, dash-dot), then short dashes, long dashes,
-#: dash-dot-dot, sparse dots, long dash-short dash, and dash and three dots. The style's cycle
-#: pairs them, so a line that sets neither its colour nor its dashes differs from the others by
-#: both, and a line drawn "--" on purpose has the same dashes as the cycle's second line.
+#: One dash pattern for each colour of matplotlib's ten default colours, in their order (solid,
+#: dashed, dash-dot, short dashes, long dashes, dash-dot-dot, long dash-short dash, dash and
+#: three dots, dense dashes, and long dash-dot). The style's cycle pairs them, so a line that
+#: sets neither its colour nor its dashes differs from the others by both. Dots are left out:
+#: a dotted line (":", or sparse dots, (0, (1, 4))) is a reference level (chance, a floor, a
+#: bar), and no data line is drawn that way.
 BOOK_LINE_STYLES = [
-    "-", "--", ":", "-.", (0, (2, 2)), (0, (10, 3)), (0, (5, 2, 1, 2, 1, 2)), (0, (1, 4)),
-    (0, (10, 2, 3, 2)), (0, (4, 2, 1, 1, 1, 1, 1, 2)),
+    "-", "--", "-.", (0, (2, 2)), (0, (10, 3)), (0, (5, 2, 1, 2, 1, 2)), (0, (10, 2, 3, 2)),
+    (0, (4, 2, 1, 1, 1, 1, 1, 2)), (0, (3, 1)), (0, (10, 2, 1, 2)),
 ]
 #: Markers for figures whose dashes already carry a meaning (a measured curve solid, its
 #: prediction dashed): there the curves of one legend differ by marker, one per colour.
@@ -98,7 +99,8 @@ def legend_problems(figure) -> list[str]:
     pattern and the same marker. Entries that are not lines (bars, patches) are not compared."""
     plotted = {}  # label: the artist it was given to (the legend draws copies)
     for ax in figure.axes:
-        plotted.update((label, handle) for handle, label in zip(*ax.get_legend_handles_labels()))
+        handles, labels = ax.get_legend_handles_labels()
+        plotted.update(zip(labels, handles, strict=True))
     legends = [ax.get_legend() for ax in figure.axes] + list(figure.legends)
     problems = []
     for number, legend in enumerate(filter(None, legends)):

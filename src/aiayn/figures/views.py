@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Control", "grid_explorer", "grid_size", "explorer_box", "can_build_twin", "figure_png",
-           "TWINS_VARIABLE", "check_index", "show_view"]
+           "TWINS_VARIABLE", "check_index", "name_live_controls", "show_view"]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -215,10 +215,57 @@ def _explorer_box_class():
     return ExplorerBox
 
 
+# ipywidgets draws a slider's handle as an element of its own (role="slider" in ipywidgets 8,
+# a jQuery UI handle in 7), apart from the label that names it, so a screen reader announces
+# "slider" and nothing more. This script names each handle by its slider's label
+# (aria-label), now and whenever a widget is drawn later, and gives a handle with keyboard focus
+# a visible ring: the book's own JavaScript does the same for the HTML pages.
+_NAME_CONTROLS_JS = """
+(() => {
+  if (window.aiaynNameControls) return;  // one observer per page
+  const name = () => document.querySelectorAll('.widget-slider, .widget-hslider').forEach(slider => {
+    const label = ((slider.querySelector('.widget-label') || {}).textContent || '').trim();
+    slider.querySelectorAll('[role=slider], .ui-slider-handle').forEach(handle => {
+      if (label && !handle.getAttribute('aria-label')) handle.setAttribute('aria-label', label);
+    });
+  });
+  let pending = false;
+  window.aiaynNameControls = new MutationObserver(() => {
+    if (!pending) { pending = true; requestAnimationFrame(() => { pending = false; name(); }); }
+  });
+  window.aiaynNameControls.observe(document.body, {childList: true, subtree: true});
+  name();
+  const ring = document.createElement('style');
+  ring.textContent = '.widget-slider [role=slider]:focus-visible, .ui-slider-handle:focus-visible' +
+    ' { outline: 2px solid #0b5cad; outline-offset: 2px; }';
+  document.head.appendChild(ring);
+})();
+"""
+
+
+def name_live_controls() -> None:
+    """In Jupyter and Colab, name every slider handle of the live explorers by its label and
+    give it a focus ring (a small script, displayed with each explorer, that
+    keeps one observer per page). Not when the chapters are executed for the HTML book, whose
+    pages have their own script, nor outside a kernel."""
+    if os.environ.get(TWINS_VARIABLE) == "1":
+        return
+    try:
+        from IPython import get_ipython
+        from IPython.display import Javascript, display
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        display(Javascript(_NAME_CONTROLS_JS))
+
+
 def explorer_box(children: Sequence, twin=None):
     """The live explorer's box (a :class:`ipywidgets.VBox` of ``children``), with ``twin``
     (from :func:`grid_explorer`, or None) in its display for the HTML book. Jupyter and
-    Colab show the live box; the HTML book shows the twin."""
+    Colab show the live box, its sliders named by their labels (:func:`name_live_controls`);
+    the HTML book shows the twin."""
+    name_live_controls()
     box = _explorer_box_class()(list(children))
     box.twin = twin
     return box
