@@ -621,11 +621,26 @@ def test_page_passes_the_accessibility_audit(visit, page_path):
 
 
 # The theme's dark mode, as its colour-mode button sets it (pydata-sphinx-theme: the mode and
-# the theme on <html>); the figures keep their white background in both modes.
-DARK = """mode => { document.documentElement.dataset.mode = mode;
-                    document.documentElement.dataset.theme = mode;
-                    const [r, g, b] = getComputedStyle(document.body).backgroundColor.match(/\\d+/g).map(Number);
-                    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255; }"""
+# the theme on <html>); the figures keep their white background in both modes. Transitions are
+# switched off while the page is dark: the theme's buttons fade their colours over 0.15 s
+# (`transition` in pydata-sphinx-theme's CSS), and an audit that ran during the fade would measure
+# a colour in between (once, in a fresh run: the search button's text on one page, which passed
+# in every other run). Returns the lightness of the page's background.
+DARK = """mode => {
+  const root = document.documentElement;
+  let still = document.getElementById('aiayn-no-transitions');
+  if (mode === 'dark' && !still) {
+    still = document.createElement('style');
+    still.id = 'aiayn-no-transitions';
+    still.textContent = '*, *::before, *::after { transition: none !important; animation: none !important; }';
+    document.head.appendChild(still);
+  }
+  root.dataset.mode = mode;
+  root.dataset.theme = mode;
+  const [r, g, b] = getComputedStyle(document.body).backgroundColor.match(/\\d+/g).map(Number);
+  if (mode !== 'dark' && still) still.remove();
+  return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+}"""
 
 
 @pytest.mark.parametrize("page_path", _grouped(PAGES))
