@@ -133,8 +133,11 @@ def critical_path_length(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> i
 
     Every PyTorch operation is recorded (at the ATen level, after autograd); an operation
     adds 1 to the longest chain among its inputs, views add 0. Operations in the same
-    layer of the chain do not wait for each other, so with enough parallel hardware the
-    run takes this many steps however many operations there are. Run under
+    layer of the chain do not wait for each other, so the count does not grow with the number
+    of operations, only with their dependencies (Table 1's "sequential operations"). It counts
+    an operation as one step whatever its size: a reduction inside it (a sum over ``d``
+    terms, a softmax over ``n`` scores) takes about ``log`` of its length in parallel steps on
+    parallel hardware, which the count leaves out. Run under
     ``torch.no_grad()`` to count the forward pass only.
     """
     if not callable(fn):
