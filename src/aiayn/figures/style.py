@@ -81,7 +81,8 @@ def _dashes(line: Line2D) -> tuple:
 
 
 def _label(figure, legend, number: int) -> str:
-    axes = legend.axes if legend.axes is not None else None
+    """How a report names a legend: its number in the figure, and its axes' or figure's title."""
+    axes = legend.axes  # None for a figure legend
     title = (axes.get_title() if axes is not None else "") or (
         figure._suptitle.get_text() if figure._suptitle else "")
     return f"legend {number + 1}" + (f" ({title!r})" if title else "")
