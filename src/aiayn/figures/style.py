@@ -32,8 +32,7 @@ BOOK_LINE_STYLES = [
 #: Markers for figures whose dashes already carry a meaning (a measured curve solid, its
 #: prediction dashed): there the curves of one legend differ by marker, one per colour.
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
-_TAB10 = [f"tab:{name}" for name in ("blue", "orange", "green", "red", "purple", "brown", "pink",
-                                      "gray", "olive", "cyan")]
+_DEFAULT_COLOURS = plt.rcParamsDefault["axes.prop_cycle"].by_key()["color"]  # matplotlib's ten
 #: The first words of what :func:`watch_legends` prints, which a committed output must not hold.
 LEGEND_WARNING = "aiayn legend check"
 
@@ -53,7 +52,7 @@ def use_book_style() -> None:
         "axes.grid": False,
         "image.cmap": "Blues",
         "figure.constrained_layout.use": True,
-        "axes.prop_cycle": cycler(color=_TAB10) + cycler(linestyle=BOOK_LINE_STYLES),
+        "axes.prop_cycle": cycler(color=_DEFAULT_COLOURS) + cycler(linestyle=BOOK_LINE_STYLES),
         "figure.hooks": ["aiayn.figures.style:watch_legends"],
     })
     try:  # PNG only: SVG text is not byte-stable and nbval compares outputs
